@@ -1,0 +1,30 @@
+"""gpuaug: batched, per-sample image augmentation on the GPU.
+
+DataLoader workers only decode; one :class:`Pipeline`, called on each batch in the training loop,
+crops, resizes, rotates, flips and color-jitters every sample with its own random parameters.
+"""
+
+from .device import select_device
+from .pipeline import Pipeline
+from .samples import sample_images
+from .transforms import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    CenterCrop,
+    ColorJitter,
+    Normalize,
+    RandomGrayscale,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    RandomRotation,
+    RandomVerticalFlip,
+    Resize,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Pipeline", "select_device", "sample_images",
+    "RandomResizedCrop", "Resize", "CenterCrop", "RandomRotation", "RandomHorizontalFlip", "RandomVerticalFlip",
+    "RandomGrayscale", "ColorJitter", "Normalize", "IMAGENET_MEAN", "IMAGENET_STD",
+]

@@ -1,0 +1,148 @@
+"""Geometry kernels: pure, batch-first, per-sample.
+
+Two samplers do all of gpuaug's geometry:
+
+* :func:`resample_separable` — crop, resize and flip, fused: each output row (column) is a
+  weighted sum of a few source rows (columns), with per-sample weights from :func:`axis_taps`.
+  The weights are torchvision's antialiased bilinear filter (a triangle widened by the downscale
+  factor, as ``F.resize(..., antialias=True)``), so a resized crop equals torchvision's.
+* :func:`warp_affine` — rotation (and any flip after it) at output resolution, bilinear, with
+  torchvision's fill rule.
+
+Coordinates are continuous pixel coordinates: pixel ``i`` covers ``[i, i + 1)``, its center is
+``i + 0.5`` (the ``align_corners=False`` convention of torchvision and ``grid_sample``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def tap_count(max_scale: float, antialias: bool = True) -> int:
+    """Taps per output pixel that cover the filter at any scale up to ``max_scale`` (host int)."""
+    support = max(max_scale, 1.0) if antialias else 1.0
+    return int(math.floor(2 * support)) + 2
+
+
+def axis_taps(
+    scale: Tensor,
+    offset: Tensor,
+    window: tuple[Tensor, Tensor],
+    valid: tuple[Tensor, Tensor],
+    out_size: int,
+    src_size: int,
+    taps: int,
+    antialias: bool = True,
+) -> tuple[Tensor, Tensor]:
+    """Source indices and weights that resample one axis, per sample.
+
+    Output pixel ``o`` has its center at source coordinate ``scale * (o + 0.5) + offset``
+    (``scale < 0`` mirrors the axis). Its value is the triangle-filtered source over the source
+    pixels inside ``window``, the filter being ``1 - |d| / support`` with
+    ``support = max(|scale|, 1)`` when ``antialias`` (torchvision's antialiased bilinear), else 1
+    (plain bilinear). Output pixels outside ``valid`` (padding) get zero weight.
+
+    Args:
+        scale, offset: ``(B,)`` float, source pixels per output pixel and the shift.
+        window: ``(lo, hi)``, each ``(B,)``, source pixel range that may be read.
+        valid: ``(lo, hi)``, each ``(B,)``, output pixel range that holds image content.
+        out_size, src_size: output length and (padded) source length, host ints.
+        taps: taps per output pixel, from :func:`tap_count`.
+
+    Returns:
+        ``index`` int64 ``(B, out_size, taps)`` in ``[0, src_size)`` and ``weight`` float32 of the
+        same shape; the weights of an output pixel sum to 1 (0 in padding).
+    """
+    dev = scale.device
+    o = torch.arange(out_size, device=dev, dtype=torch.float32) + 0.5
+    scale, offset = scale.float().view(-1, 1), offset.float().view(-1, 1)
+    center = scale * o + offset  # (B, out)
+    support = scale.abs().clamp(min=1.0) if antialias else torch.ones_like(scale)
+    first = torch.floor(center - support)
+    index = first.unsqueeze(-1) + torch.arange(taps, device=dev, dtype=torch.float32)
+    weight = (1 - ((index + 0.5 - center.unsqueeze(-1)) / support.unsqueeze(-1)).abs()).clamp_(min=0)
+    lo, hi = (w.float().view(-1, 1, 1) for w in window)
+    weight = weight * ((index >= lo) & (index < hi))
+    total = weight.sum(-1, keepdim=True)
+    weight = weight / total.clamp(min=1e-12)
+    vlo, vhi = (v.float().view(-1, 1) for v in valid)
+    inside = ((o >= vlo) & (o < vhi)).unsqueeze(-1)
+    weight = weight * inside
+    return index.clamp_(0, src_size - 1).long(), weight
+
+
+def resample_separable(x: Tensor, rows: tuple[Tensor, Tensor], cols: tuple[Tensor, Tensor]) -> Tensor:
+    """Resample ``(B, C, H, W)`` images to ``(B, C, h, w)`` with per-sample row and column taps.
+
+    Rows first (each output row mixes a few source rows), then columns; both are one fused
+    gather-and-sum (``embedding_bag``) for the whole batch, reading only the taps, never the whole
+    source per output pixel.
+
+    Args:
+        x: ``(B, C, H, W)`` float images (any float dtype; the result has the same dtype).
+        rows: ``(index, weight)`` from :func:`axis_taps`, ``(B, h, K)``, indices into ``H``.
+        cols: ``(index, weight)`` from :func:`axis_taps`, ``(B, w, K')``, indices into ``W``.
+    """
+    B, C, H, W = x.shape
+    (ri, rw), (ci, cw) = rows, cols
+    h, w = ri.shape[1], ci.shape[1]
+    y = _gather_rows(x.reshape(B * C * H, W), ri, rw.to(x.dtype), B, C, H)  # (B*C*h, W)
+    y = y.view(B, C, h, W).transpose(2, 3).reshape(B * C * W, h)
+    out = _gather_rows(y, ci, cw.to(x.dtype), B, C, W)  # (B*C*w, h)
+    return out.view(B, C, w, h).transpose(2, 3)
+
+
+def _gather_rows(table: Tensor, index: Tensor, weight: Tensor, B: int, C: int, n: int) -> Tensor:
+    """Weighted sum of rows of ``table`` ((B*C*n, L)) for every (sample, channel, output, tap)."""
+    K = index.shape[-1]
+    base = torch.arange(B * C, device=index.device).view(B, C, 1, 1) * n
+    flat = (index.unsqueeze(1) + base).reshape(-1, K)
+    w = weight.unsqueeze(1).expand(B, C, -1, K).reshape(-1, K)
+    return F.embedding_bag(flat, table, per_sample_weights=w, mode="sum")
+
+
+def rotation_matrix(angle: Tensor, height: int, width: int) -> Tensor:
+    """``(B, 3, 3)`` output->input maps in ``grid_sample``'s normalized coordinates for a rotation
+    by ``angle`` degrees (``(B,)``) about the image center, counter-clockwise as torchvision's."""
+    a = torch.deg2rad(angle.float())
+    cos, sin = torch.cos(a), torch.sin(a)
+    m = torch.zeros(angle.shape[0], 3, 3, device=angle.device)
+    # In pixel units (y down) the inverse map of a counter-clockwise turn is [[c, -s], [s, c]];
+    # normalized coordinates scale x by 2/width and y by 2/height.
+    m[:, 0, 0] = cos
+    m[:, 0, 1] = -sin * (height / width)
+    m[:, 1, 0] = sin * (width / height)
+    m[:, 1, 1] = cos
+    m[:, 2, 2] = 1
+    return m
+
+
+def flip_matrix(flip_x: Tensor | None, flip_y: Tensor | None, n: int, device) -> Tensor:
+    """``(B, 3, 3)`` normalized-coordinate maps mirroring x and/or y where the ``(B,)`` flags are set."""
+    m = torch.eye(3, device=device).repeat(n, 1, 1)
+    if flip_x is not None:
+        m[:, 0, 0] = 1 - 2 * flip_x.float()
+    if flip_y is not None:
+        m[:, 1, 1] = 1 - 2 * flip_y.float()
+    return m
+
+
+def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor) -> Tensor:
+    """Bilinear warp of ``(B, C, H, W)`` float images by ``(B, 3, 3)`` output->input matrices in
+    normalized coordinates; the output has the input's shape and dtype.
+
+    Area outside the source becomes ``fill`` (``(C,)``) exactly as torchvision's
+    ``_apply_grid_transform``: a ones-channel is warped with the image and
+    ``out = mask * (img - fill) + fill``.
+    """
+    B, C, H, W = x.shape
+    mask = torch.ones(B, 1, H, W, dtype=x.dtype, device=x.device)
+    grid = F.affine_grid(matrix[:, :2].to(x.dtype), [B, C + 1, H, W], align_corners=False)
+    out = F.grid_sample(torch.cat([x, mask], 1), grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+    img, mask = out[:, :C], out[:, C:]
+    fill = fill.to(dtype=x.dtype, device=x.device).view(1, -1, 1, 1)
+    return (img - fill).mul_(mask).add_(fill)

@@ -1,0 +1,275 @@
+"""The pipeline: validate a batch once, draw every op's params, warp, then color, then normalize."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from .device import select_device
+from .functional.geometry import axis_taps, resample_separable, tap_count, warp_affine
+from .transforms._base import Draw, Op, Params, Sizes
+from .transforms.color import ColorOp, Normalize
+from .transforms.geometry import AxisMap, GeometricOp, RandomRotation
+
+_FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+class Pipeline(nn.Module):
+    """A batched augmentation graph with its own random parameters for every sample.
+
+    ``Pipeline(*ops)(images)`` takes a batch of uint8 (or float in [0, 1]) images and returns float
+    images on ``pipeline.device``. Geometry is fused: crop, resize and flip ops become one
+    per-sample antialiased sampling pass over the source; a rotation (with any flip after it) is
+    one bilinear pass at output resolution, as torchvision rotates the resized image. Color ops
+    then run at output resolution in the order given, and ``Normalize`` last.
+
+    Args:
+        *ops: gpuaug ops (``RandomResizedCrop``, ``RandomRotation``, ``ColorJitter``, ...).
+        device: where to compute; ``None`` asks :func:`gpuaug.select_device`.
+        dtype: compute and output dtype; ``None`` means float16 on CUDA and float32 on CPU. On the
+            CPU a float16/bfloat16 request is computed in float32 and cast at the end (CPU
+            half-precision ``grid_sample`` can crash the process).
+        seed: seed of the pipeline's own generator; ``None`` draws one from torch's global RNG
+            (so ``torch.manual_seed`` makes it repeatable too).
+        channels_last: return channels-last memory format.
+
+    Shape:
+        - input: uint8 or float ``(B, C, H, W)``, C in {1, 3}; a list of ``(C, H, W)`` tensors of
+          different sizes; or clips ``(B, T, C, H, W)``, one draw per clip shared by its frames.
+        - output: ``(B, C, h, w)`` (``(B, T, C, h, w)`` for clips) in ``dtype``: normalized if the
+          pipeline ends with ``Normalize``, else in [0, 1].
+
+    ``pipeline(images, return_params=True)`` also returns the drawn params (a list with one dict of
+    tensors per op, first dimension B); ``pipeline(images, params=p)`` replays them exactly.
+    """
+
+    def __init__(self, *ops: Op, device=None, dtype: torch.dtype | None = None, seed: int | None = None,
+                 channels_last: bool = False):
+        super().__init__()
+        if len(ops) == 1 and isinstance(ops[0], (list, tuple)):
+            ops = tuple(ops[0])
+        for op in ops:
+            if not isinstance(op, Op):
+                raise TypeError(f"Pipeline expects gpuaug ops, got {type(op).__name__}: {op!r}")
+        if dtype is not None and dtype not in _FLOAT_DTYPES:
+            raise TypeError(f"dtype should be one of {[str(d) for d in _FLOAT_DTYPES]}, got {dtype}")
+        self._check_order(ops)
+        self.ops = nn.ModuleList(ops)
+        self.dtype = dtype
+        self.channels_last = bool(channels_last)
+        self.seed = int(torch.randint(0, 2**62, (1,)).item()) if seed is None else int(seed)
+        self._generator: torch.Generator | None = None
+        self.register_buffer("_anchor", torch.empty(0, device=select_device(device)), persistent=False)
+
+    @staticmethod
+    def _check_order(ops: Sequence[Op]) -> None:
+        rotated = False
+        for i, op in enumerate(ops):
+            if isinstance(op, Normalize) and i != len(ops) - 1:
+                raise ValueError(f"Normalize must be the last op, but {type(ops[i + 1]).__name__} follows it")
+            if isinstance(op, RandomRotation):
+                rotated = True
+            elif rotated and isinstance(op, GeometricOp) and not hasattr(op, "matrix"):
+                raise ValueError(
+                    f"{type(op).__name__} after RandomRotation is not supported: gpuaug rotates at output "
+                    "resolution, so put crop and resize ops before RandomRotation")
+
+    @property
+    def device(self) -> torch.device:
+        return self._anchor.device
+
+    def extra_repr(self) -> str:
+        return f"device={self.device}, dtype={self.dtype}, seed={self.seed}, channels_last={self.channels_last}"
+
+    def manual_seed(self, seed: int) -> Pipeline:
+        """Restart the pipeline's random stream from ``seed``."""
+        self.seed, self._generator = int(seed), None
+        return self
+
+    def _get_generator(self) -> torch.Generator:
+        if self._generator is None or self._generator.device != self.device:
+            self._generator = torch.Generator(device=self.device)
+            self._generator.manual_seed(self.seed)
+        return self._generator
+
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype the kernels run in on this pipeline's device."""
+        if self.dtype is None:
+            return torch.float16 if self.device.type == "cuda" else torch.float32
+        if self.device.type == "cpu" and self.dtype in (torch.float16, torch.bfloat16):
+            return torch.float32
+        return self.dtype
+
+    # ---- the per-batch path: no host sync, no per-sample loop over pixels -----------------------
+
+    def forward(self, images, params: list[Params] | None = None, return_params: bool = False):
+        x, sizes, frames, is_clip = self._gather(images)
+        n = x.shape[0] // frames
+        geometric = [op for op in self.ops if isinstance(op, GeometricOp)]
+        sizes_in = {}
+        s = sizes
+        for op in geometric:
+            sizes_in[id(op)] = s
+            s = op.output_sizes(s)
+        if params is None:
+            gen = self._get_generator()
+            params = [op.make_params(Draw(n, self.device, gen, _per_draw(sizes_in.get(id(op), s), frames)))
+                      for op in self.ops]
+        else:
+            params = self._check_params(params, n)
+        frame_params = [{k: v.repeat_interleave(frames, 0) for k, v in p.items()} if frames > 1 else p for p in params]
+        by_op = {id(op): p for op, p in zip(self.ops, frame_params)}
+
+        dt = self.compute_dtype()
+        x = self._resample(x, sizes, sizes_in, by_op, dt)
+        x = self._warp(x, by_op)
+        for op in self.ops:
+            if isinstance(op, ColorOp):
+                x = op.apply(x, by_op[id(op)])
+        out = self._finish(x, n, frames if is_clip else 0)
+        return (out, params) if return_params else out
+
+    def _resample(self, x: Tensor, sizes: Sizes, sizes_in: dict, by_op: dict, dt: torch.dtype) -> Tensor:
+        """Crop, resize and flip ops, fused into one antialiased pass over the source."""
+        ops = [op for op in self.ops if hasattr(op, "map_axes") and not self._after_rotation(op)]
+        scale = 1.0 if x.dtype == torch.uint8 else None
+        if not ops and sizes.uniform is not None:
+            x = x.to(dt)
+            return x.mul_(1 / 255) if scale is not None else x
+        N, _, H, W = x.shape
+        height, width = sizes.tensors(N, x.device)
+        ymap, xmap = AxisMap(height), AxisMap(width)
+        zoom_y = zoom_x = 1.0
+        s = sizes
+        for op in ops:
+            op.map_axes(ymap, xmap, by_op[id(op)], s)
+            zy, zx = op.max_scale(s)
+            zoom_y, zoom_x = zoom_y * zy, zoom_x * zx
+            s = op.output_sizes(s)
+        if s.uniform is None:
+            raise ValueError(
+                f"images of different sizes need a pipeline with a fixed output size (add RandomResizedCrop, "
+                f"CenterCrop or Resize((h, w))); this one gives sizes {sorted(set(s.per_image))[:4]}...")
+        h, w = s.uniform
+        antialias = all(getattr(op, "antialias", True) for op in ops)
+        rows = axis_taps(ymap.scale, ymap.offset, ymap.window, ymap.valid, h, H, tap_count(zoom_y, antialias), antialias)
+        cols = axis_taps(xmap.scale, xmap.offset, xmap.window, xmap.valid, w, W, tap_count(zoom_x, antialias), antialias)
+        out = resample_separable(x.to(dt), rows, cols)
+        return out.mul_(1 / 255) if scale is not None else out
+
+    def _after_rotation(self, op: Op) -> bool:
+        for o in self.ops:
+            if isinstance(o, RandomRotation):
+                return True
+            if o is op:
+                return False
+        return False
+
+    def _warp(self, x: Tensor, by_op: dict) -> Tensor:
+        """Rotation and the flips after it, composed into one matrix, one bilinear pass."""
+        ops = [op for op in self.ops if isinstance(op, GeometricOp) and self._after_rotation(op)]
+        if not ops:
+            return x
+        size = tuple(x.shape[-2:])
+        matrix = None
+        for op in ops:
+            m = op.matrix(by_op[id(op)], size)
+            matrix = m if matrix is None else matrix @ m
+        fill = next(op.fill for op in ops if isinstance(op, RandomRotation))
+        C = x.shape[1]
+        if len(fill) not in (1, C):
+            raise ValueError(f"RandomRotation fill has {len(fill)} values, images have {C} channels")
+        fill_t = torch.tensor(fill * C if len(fill) == 1 else fill, dtype=torch.float32)
+        fill_t = fill_t.to(x.device, non_blocking=True)
+        return warp_affine(x, matrix, fill_t)
+
+    def _finish(self, x: Tensor, n: int, frames: int) -> Tensor:
+        """Cast to the output dtype, restore clips' ``(B, T, ...)`` (``frames`` > 0), lay out memory."""
+        x = x.to(self.dtype or x.dtype)
+        if frames:
+            x = x.reshape(n, frames, *x.shape[1:])
+        if self.channels_last:
+            c_dim = x.dim() - 3
+            perm = [d for d in range(x.dim()) if d != c_dim] + [c_dim]
+            inv = [perm.index(d) for d in range(x.dim())]
+            return x.permute(perm).contiguous().permute(inv)
+        return x.contiguous()
+
+    # ---- input and params checks ---------------------------------------------------------------
+
+    def _gather(self, images) -> tuple[Tensor, Sizes, int, bool]:
+        """Validate, move to the device, stack (padding ragged lists): -> ``(N, C, H, W)``, the
+        sizes, frames per clip and whether the input was clips."""
+        dev = self.device
+        if isinstance(images, (list, tuple)):
+            if len(images) == 0:
+                raise ValueError("expected a non-empty batch of images, got an empty list")
+            for i, t in enumerate(images):
+                if not isinstance(t, Tensor):
+                    raise TypeError(f"expected a list of (C, H, W) tensors, item {i} is {type(t).__name__}")
+                if t.dim() != 3:
+                    raise ValueError(f"expected a list of (C, H, W) tensors, item {i} has shape {tuple(t.shape)}")
+                if t.dtype != images[0].dtype or t.shape[0] != images[0].shape[0]:
+                    raise ValueError(
+                        f"all images in a list need one dtype and channel count: item 0 is {images[0].dtype} "
+                        f"{tuple(images[0].shape)}, item {i} is {t.dtype} {tuple(t.shape)}")
+            _check_image_tensor(images[0][None], "images")
+            per_image = [tuple(t.shape[-2:]) for t in images]
+            sizes = Sizes(per_image=per_image)
+            moved = [t.to(dev, non_blocking=True) for t in images]
+            if sizes.uniform is not None:
+                return torch.stack(moved), sizes, 1, False
+            H, W = sizes.max()
+            x = moved[0].new_zeros(len(moved), moved[0].shape[0], H, W)
+            for i, t in enumerate(moved):
+                x[i, :, : t.shape[1], : t.shape[2]] = t
+            return x, sizes, 1, False
+        if not isinstance(images, Tensor):
+            raise TypeError(f"expected a uint8/float tensor or a list of tensors, got {type(images).__name__}")
+        if images.dim() == 5:
+            if images.shape[1] == 0:
+                raise ValueError(f"expected clips with at least one frame, got shape {tuple(images.shape)}")
+            _check_image_tensor(images.flatten(0, 1), "clips")
+            x = images.flatten(0, 1).to(dev, non_blocking=True)
+            return x, Sizes(uniform=tuple(images.shape[-2:])), images.shape[1], True
+        if images.dim() != 4:
+            raise ValueError(
+                f"expected images of shape (B, C, H, W), clips (B, T, C, H, W) or a list of (C, H, W) tensors, "
+                f"got a tensor of shape {tuple(images.shape)}")
+        _check_image_tensor(images, "images")
+        return images.to(dev, non_blocking=True), Sizes(uniform=tuple(images.shape[-2:])), 1, False
+
+    def _check_params(self, params, n: int) -> list[Params]:
+        if not isinstance(params, (list, tuple)) or len(params) != len(self.ops):
+            raise ValueError(f"params should be a list with one dict per op ({len(self.ops)}), as returned by "
+                             f"return_params=True, got {type(params).__name__}")
+        out = []
+        for op, p in zip(self.ops, params):
+            if not isinstance(p, dict):
+                raise TypeError(f"params for {type(op).__name__} should be a dict, got {type(p).__name__}")
+            for k, v in p.items():
+                if not isinstance(v, Tensor) or v.shape[0] != n:
+                    raise ValueError(f"params[{type(op).__name__}][{k!r}] should be a tensor with first dimension "
+                                     f"{n} (one per sample), got {getattr(v, 'shape', type(v).__name__)}")
+            out.append({k: v.to(self.device, non_blocking=True) for k, v in p.items()})
+        return out
+
+
+def _per_draw(sizes: Sizes, frames: int) -> Sizes:
+    """Sizes of the first frame of each clip (all frames of a clip share one size)."""
+    if frames == 1 or sizes.per_image is None:
+        return sizes
+    return Sizes(per_image=sizes.per_image[::frames])
+
+
+def _check_image_tensor(x: Tensor, what: str) -> None:
+    if x.dtype != torch.uint8 and not x.is_floating_point():
+        raise TypeError(f"expected uint8 or float {what}, got {x.dtype}")
+    if x.shape[0] == 0:
+        raise ValueError(f"expected a non-empty batch of {what}, got shape {tuple(x.shape)}")
+    if x.shape[1] not in (1, 3):
+        raise ValueError(f"expected {what} with 1 or 3 channels in dim -3, got {x.shape[1]} (shape {tuple(x.shape)})")
+    if x.shape[-1] == 0 or x.shape[-2] == 0:
+        raise ValueError(f"expected {what} with non-zero height and width, got shape {tuple(x.shape)}")

@@ -1,0 +1,127 @@
+"""What every op shares: the base class, the per-call draw context and the argument checks."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+Params = dict[str, Tensor]
+
+
+class Sizes:
+    """Host-side ``(height, width)`` of each image at some point of the pipeline.
+
+    ``per_image`` is a list with one ``(h, w)`` per draw, or ``None`` when every image has the
+    same ``uniform`` size. Sizes are tensor metadata, so computing them never syncs with the device.
+    """
+
+    def __init__(self, uniform: tuple[int, int] | None = None, per_image: list[tuple[int, int]] | None = None):
+        if per_image is not None and len(set(per_image)) == 1:
+            uniform, per_image = per_image[0], None
+        self.uniform, self.per_image = uniform, per_image
+
+    def map(self, fn) -> Sizes:
+        """Apply ``fn((h, w)) -> (h, w)`` to every size."""
+        if self.per_image is None:
+            return Sizes(uniform=fn(self.uniform))
+        return Sizes(per_image=[fn(s) for s in self.per_image])
+
+    def max(self) -> tuple[int, int]:
+        if self.per_image is None:
+            return self.uniform
+        return max(h for h, _ in self.per_image), max(w for _, w in self.per_image)
+
+    def min(self) -> tuple[int, int]:
+        if self.per_image is None:
+            return self.uniform
+        return min(h for h, _ in self.per_image), min(w for _, w in self.per_image)
+
+    def tensors(self, n: int, device) -> tuple[Tensor, Tensor]:
+        """Heights and widths as ``(n,)`` float32 tensors on ``device`` (non-blocking copy)."""
+        if self.per_image is None:
+            h, w = self.uniform
+            return (torch.full((n,), float(h), device=device), torch.full((n,), float(w), device=device))
+        hw = torch.tensor(self.per_image, dtype=torch.float32).to(device, non_blocking=True)
+        return hw[:, 0], hw[:, 1]
+
+
+@dataclass
+class Draw:
+    """What an op's ``make_params`` may use: ``n`` draws (images, or clips), on ``device``, from
+    ``generator``; ``sizes`` are the op's input sizes."""
+
+    n: int
+    device: torch.device
+    generator: torch.Generator
+    sizes: Sizes
+
+    def uniform(self, low: float, high: float, *shape: int) -> Tensor:
+        """``(n, *shape)`` float32 uniform in ``[low, high)``."""
+        u = torch.rand((self.n, *shape), generator=self.generator, device=self.device)
+        return u * (high - low) + low
+
+    def bernoulli(self, p: float) -> Tensor:
+        """``(n,)`` bool, each True with probability ``p``."""
+        return torch.rand(self.n, generator=self.generator, device=self.device) < p
+
+
+class Op(nn.Module):
+    """Base of every op: ``make_params`` draws ``(n,)`` tensors, the pipeline applies them.
+
+    Ops are not called on their own: put them in :class:`gpuaug.Pipeline`, which fuses the
+    geometry of all ops into one sampling pass.
+    """
+
+    def make_params(self, draw: Draw) -> Params:
+        return {}
+
+    def forward(self, *args, **kwargs):
+        raise TypeError(f"{type(self).__name__} is applied by gpuaug.Pipeline; use gpuaug.Pipeline({self!r})(images)")
+
+
+# ---- argument checks, with torchvision's messages for the same mistakes -------------------------
+
+
+def check_probability(p) -> float:
+    if not isinstance(p, numbers.Real) or not 0.0 <= p <= 1.0:
+        raise ValueError("`p` should be a floating point value in the interval [0.0, 1.0].")
+    return float(p)
+
+
+def setup_size(size, error_msg: str = "Please provide only two dimensions (h, w) for size.") -> tuple[int, int]:
+    """An int ``s`` -> ``(s, s)``; a sequence of one or two positive ints -> ``(h, w)``."""
+    if isinstance(size, numbers.Number) and not isinstance(size, bool):
+        size = (int(size), int(size))
+    elif isinstance(size, Sequence) and len(size) == 1:
+        size = (size[0], size[0])
+    elif not isinstance(size, Sequence):
+        raise TypeError(f"size should be an int or a sequence of ints, got {type(size).__name__}")
+    if len(size) != 2:
+        raise ValueError(error_msg)
+    if any(not isinstance(s, numbers.Integral) or s <= 0 for s in size):
+        raise ValueError(f"size should contain positive integers, got {tuple(size)}")
+    return int(size[0]), int(size[1])
+
+
+def setup_range(value, name: str, center: float = 1.0, bound=(0, float("inf")), clip_first_on_zero=True):
+    """torchvision's ColorJitter ``_check_input``: a number ``v`` -> ``(center - v, center + v)``;
+    returns ``None`` when the range is the identity."""
+    if value is None:
+        return None
+    if isinstance(value, numbers.Number):
+        if value < 0:
+            raise ValueError(f"If {name} is a single number, it must be non negative.")
+        value = [center - value, center + value]
+        if clip_first_on_zero:
+            value[0] = max(value[0], 0.0)
+    elif isinstance(value, Sequence) and len(value) == 2:
+        value = [float(v) for v in value]
+    else:
+        raise TypeError(f"{name}={value!r} should be a single number or a sequence with length 2.")
+    if not bound[0] <= value[0] <= value[1] <= bound[1]:
+        raise ValueError(f"{name} values should be between {bound}, but got {value}.")
+    return None if value[0] == value[1] == center else (float(value[0]), float(value[1]))

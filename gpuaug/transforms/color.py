@@ -1,0 +1,145 @@
+"""Color ops: per-sample factors, applied at output resolution after the geometry."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from ..functional.color import adjust_hue, blend, normalize, rgb_to_grayscale
+from ._base import Draw, Op, Params, check_probability, setup_range
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+_BRIGHTNESS, _CONTRAST, _SATURATION, _HUE = range(4)
+
+
+class ColorOp(Op):
+    """An op that changes values, not positions: ``apply(x, params)`` on ``(B, C, h, w)`` float."""
+
+    def apply(self, x: Tensor, params: Params) -> Tensor:
+        raise NotImplementedError
+
+
+def _blend_one_of(x: Tensor, which: Tensor, factor: Tensor) -> Tensor:
+    """Per sample, brightness (``which`` 0), contrast (1), saturation (2) or nothing (else) by
+    ``factor``: all three are ``blend(x, reference, f)`` with a reference of 0, the image's mean gray
+    or the gray image, so one blend serves the whole batch."""
+    gray = rgb_to_grayscale(x)
+    mean = gray.mean(dim=(-3, -2, -1), keepdim=True)
+    is_contrast = (which == _CONTRAST).view(-1, 1, 1, 1).to(x.dtype)
+    is_saturation = (which == _SATURATION).view(-1, 1, 1, 1).to(x.dtype)
+    if x.shape[1] == 1:  # saturation does nothing to one channel, as in torchvision
+        factor = torch.where(which == _SATURATION, torch.ones_like(factor), factor)
+    f = torch.where((which >= _BRIGHTNESS) & (which <= _SATURATION), factor, torch.ones_like(factor))
+    return blend(x, mean * is_contrast + gray * is_saturation, f)
+
+
+class ColorJitter(ColorOp):
+    """Randomly change brightness, contrast, saturation and hue (torchvision's ColorJitter).
+
+    Each factor is drawn per sample, uniformly from its range: a number ``v`` means
+    ``[max(0, 1 - v), 1 + v]`` for brightness, contrast and saturation and ``[-v, v]`` for hue
+    (``0 <= v <= 0.5``); a pair ``(min, max)`` is used as is. The four adjustments run in a random
+    order drawn **per sample**, as torchvision draws one per image. Hue is the HSV shift of
+    torchvision's ``adjust_hue``.
+
+    Params: ``brightness``, ``contrast``, ``saturation``, ``hue``: ``(B,)`` float32 (identity
+    value where the adjustment is off); ``order``: ``(B, 4)`` int64, a permutation of
+    0=brightness, 1=contrast, 2=saturation, 3=hue.
+    """
+
+    def __init__(self, brightness=0, contrast=0, saturation=0, hue=0):
+        super().__init__()
+        self.brightness = setup_range(brightness, "brightness")
+        self.contrast = setup_range(contrast, "contrast")
+        self.saturation = setup_range(saturation, "saturation")
+        self.hue = setup_range(hue, "hue", center=0, bound=(-0.5, 0.5), clip_first_on_zero=False)
+
+    def extra_repr(self) -> str:
+        return f"brightness={self.brightness}, contrast={self.contrast}, saturation={self.saturation}, hue={self.hue}"
+
+    def make_params(self, draw: Draw) -> Params:
+        params = {}
+        for name, identity in (("brightness", 1.0), ("contrast", 1.0), ("saturation", 1.0), ("hue", 0.0)):
+            r = getattr(self, name)
+            params[name] = draw.uniform(*r) if r is not None else torch.full((draw.n,), identity, device=draw.device)
+        params["order"] = draw.uniform(0, 1, 4).argsort(1)
+        return params
+
+    def apply(self, x: Tensor, params: Params) -> Tensor:
+        factors = torch.stack([params["brightness"], params["contrast"], params["saturation"], params["hue"]], 1)
+        enabled = [r is not None for r in (self.brightness, self.contrast, self.saturation, self.hue)]
+        # Each sample's enabled adjustments in its drawn order: disabled ones sort last and are cut,
+        # so no pass is spent on them.
+        keys = params["order"].argsort(1)  # slot of each adjustment
+        for j, on in enumerate(enabled):
+            if not on:
+                keys[:, j] += 4
+        steps = keys.argsort(1)[:, : sum(enabled)]  # (B, n_enabled) adjustment ids, in order
+        step_factor = factors.gather(1, steps).to(x.dtype)
+        if not enabled[_HUE]:
+            for k in range(steps.shape[1]):
+                x = _blend_one_of(x, steps[:, k], step_factor[:, k])
+            return x
+        # Hue is the costly step: run it once for everyone, the blends drawn before it first and
+        # those drawn after it last, so each sample keeps its own order.
+        hue_step = (steps == _HUE).float().argmax(1)
+        skip = torch.full_like(steps[:, 0], -1)
+        for k in range(steps.shape[1] - 1):
+            x = _blend_one_of(x, torch.where(hue_step > k, steps[:, k], skip), step_factor[:, k])
+        x = adjust_hue(x, params["hue"])
+        for k in range(1, steps.shape[1]):
+            x = _blend_one_of(x, torch.where(hue_step < k, steps[:, k], skip), step_factor[:, k])
+        return x
+
+
+class RandomGrayscale(ColorOp):
+    """Convert to grayscale (kept at C channels) with probability ``p``, per sample.
+
+    Params: ``gray``: ``(B,)`` bool.
+    """
+
+    def __init__(self, p: float = 0.1):
+        super().__init__()
+        self.p = check_probability(p)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+    def make_params(self, draw: Draw) -> Params:
+        return {"gray": draw.bernoulli(self.p)}
+
+    def apply(self, x: Tensor, params: Params) -> Tensor:
+        if x.shape[1] == 1:
+            return x
+        # Saturation 0 is exactly the gray image; 1 leaves the sample unchanged.
+        return blend(x, rgb_to_grayscale(x), (~params["gray"]).to(x.dtype))
+
+
+class Normalize(ColorOp):
+    """``(x - mean) / std`` per channel, on images in [0, 1]. Must be the last op.
+
+    Args:
+        mean, std: one number per channel (``std`` > 0).
+    """
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float]):
+        super().__init__()
+        mean_t, std_t = (torch.as_tensor(v, dtype=torch.float32).flatten() for v in (mean, std))
+        if mean_t.numel() != std_t.numel():
+            raise ValueError(f"mean and std need one value per channel each, got {mean_t.numel()} and {std_t.numel()}")
+        if (std_t <= 0).any():
+            raise ValueError(f"std should be positive, got {std_t.tolist()}, leading to division by zero.")
+        self.register_buffer("mean", mean_t)
+        self.register_buffer("std", std_t)
+
+    def extra_repr(self) -> str:
+        return f"mean={[round(v, 4) for v in self.mean.tolist()]}, std={[round(v, 4) for v in self.std.tolist()]}"
+
+    def apply(self, x: Tensor, params: Params) -> Tensor:
+        if x.shape[1] != self.mean.numel():
+            raise ValueError(f"Normalize has {self.mean.numel()} channels of mean/std, images have {x.shape[1]}")
+        return normalize(x, self.mean, self.std)
