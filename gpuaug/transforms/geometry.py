@@ -21,24 +21,26 @@ from ._base import Draw, Op, Params, Sizes, check_probability, setup_size
 
 class AxisMap:
     """One axis of the crop/resize/flip chain, per sample: ``source = scale * x + offset`` for a
-    coordinate ``x`` of the current canvas; ``window`` is the source range that may be read (the
-    crop), ``valid`` the canvas range holding image content (outside it is padding)."""
+    coordinate ``x`` of the current canvas; ``valid`` is the canvas range holding image content
+    (outside it is padding). ``window`` is the source range the resampling filter may read: the
+    crop in force at the last resize, since torchvision crops first and filters only the crop."""
 
     def __init__(self, size: Tensor):
         self.scale = torch.ones_like(size)
         self.offset = torch.zeros_like(size)
-        self.window = (torch.zeros_like(size), size)
+        self.window = self._crop = (torch.zeros_like(size), size)
         self.valid = (torch.zeros_like(size), size)
 
     def crop(self, start: Tensor, length) -> None:
         a, b = self.scale, self.offset
         ends = (a * start + b, a * (start + length) + b)
         lo, hi = torch.minimum(*ends), torch.maximum(*ends)
-        self.window = (torch.maximum(self.window[0], lo), torch.minimum(self.window[1], hi))
+        self._crop = (torch.maximum(self._crop[0], lo), torch.minimum(self._crop[1], hi))
         self.valid = ((self.valid[0] - start).clamp(min=0), torch.clamp(self.valid[1] - start, max=length))
         self.offset = b + a * start
 
     def resize(self, old, new) -> None:
+        self.window = self._crop
         self.scale = self.scale * (old / new)
         self.valid = (self.valid[0] * (new / old), self.valid[1] * (new / old))
 

@@ -1,0 +1,41 @@
+"""Shared fixtures: real photos from scikit-image's wheel (no download) and reference helpers."""
+
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms.v2.functional as TF
+
+skimage_data = pytest.importorskip("skimage.data")
+
+PHOTO_NAMES = ("astronaut", "coffee", "chelsea", "rocket")
+
+
+def _photo(name: str) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(getattr(skimage_data, name)())).permute(2, 0, 1).contiguous()
+
+
+@pytest.fixture(scope="session")
+def photos() -> list[torch.Tensor]:
+    """Real photos as uint8 (3, H, W), ragged sizes (512x512, 400x600, 300x451, 427x640)."""
+    return [_photo(n) for n in PHOTO_NAMES]
+
+
+@pytest.fixture(scope="session")
+def small_photos(photos) -> list[torch.Tensor]:
+    """The photos at 96x128 (float32 in [0, 1]), for tests that need one size and speed."""
+    return [TF.resize(TF.to_dtype(p, torch.float32, scale=True), [96, 128], antialias=True) for p in photos]
+
+
+def to_float(x: torch.Tensor) -> torch.Tensor:
+    return TF.to_dtype(x, torch.float32, scale=True)
+
+
+def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
+    mse = (a.double() - b.double()).pow(2).mean().item()
+    return float("inf") if mse == 0 else 10 * np.log10(1.0 / mse)
+
+
+def central_disc(h: int, w: int, margin: float = 2.0) -> torch.Tensor:
+    """Bool (h, w) mask of the disc inside the image, where a rotation keeps image content."""
+    yy, xx = torch.meshgrid(torch.arange(h) + 0.5 - h / 2, torch.arange(w) + 0.5 - w / 2, indexing="ij")
+    return (yy**2 + xx**2).sqrt() < min(h, w) / 2 - margin

@@ -1,0 +1,160 @@
+"""Per-sample randomness, seeds, replay, clips, ragged lists, and one property harness for every op."""
+
+import pytest
+import torch
+
+import gpuaug as ga
+from conftest import to_float
+
+FULL = lambda: [ga.RandomResizedCrop(96), ga.RandomHorizontalFlip(), ga.RandomRotation(20),  # noqa: E731
+                ga.ColorJitter(0.4, 0.4, 0.4, 0.1), ga.RandomGrayscale(0.2),
+                ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD)]
+
+
+def test_one_photo_repeated_gives_different_outputs(photos):
+    x = photos[0][None].expand(32, -1, -1, -1)
+    out = ga.Pipeline(*FULL(), device="cpu", seed=0)(x)
+    flat = out.flatten(1)
+    dist = torch.cdist(flat, flat)
+    assert (dist + torch.eye(32) * 1e9).min() > 1.0  # every pair differs
+
+
+def test_same_seed_same_output_other_seed_other_output(photos):
+    a = ga.Pipeline(*FULL(), device="cpu", seed=123)(photos)
+    b = ga.Pipeline(*FULL(), device="cpu", seed=123)(photos)
+    c = ga.Pipeline(*FULL(), device="cpu", seed=124)(photos)
+    assert torch.equal(a, b)
+    assert not torch.allclose(a, c, atol=0.1)
+
+
+def test_seed_none_follows_torch_manual_seed(photos):
+    torch.manual_seed(5)
+    a = ga.Pipeline(*FULL(), device="cpu")(photos)
+    torch.manual_seed(5)
+    b = ga.Pipeline(*FULL(), device="cpu")(photos)
+    assert torch.equal(a, b)
+
+
+def test_successive_calls_draw_new_params(photos):
+    pipe = ga.Pipeline(*FULL(), device="cpu", seed=1)
+    assert not torch.allclose(pipe(photos), pipe(photos), atol=0.1)
+    pipe.manual_seed(1)
+    first = pipe(photos)
+    pipe.manual_seed(1)
+    assert torch.equal(first, pipe(photos))
+
+
+def test_replayed_params_give_identical_output(photos):
+    pipe = ga.Pipeline(*FULL(), device="cpu", seed=9)
+    out, params = pipe(photos, return_params=True)
+    assert [set(p) for p in params][0] == {"top", "left", "height", "width"}
+    assert all(v.shape[0] == len(photos) for p in params for v in p.values())
+    again = pipe(photos, params=params)
+    assert torch.equal(out, again)
+
+
+def test_ragged_list_gives_each_image_what_it_gets_alone(photos):
+    pipe = ga.Pipeline(*FULL(), device="cpu", seed=2)
+    out, params = pipe(photos, return_params=True)
+    for i, img in enumerate(photos):
+        alone = pipe([img], params=[{k: v[i : i + 1] for k, v in p.items()} for p in params])
+        assert torch.allclose(out[i], alone[0], atol=1e-5)
+        single = pipe(img[None], params=[{k: v[i : i + 1] for k, v in p.items()} for p in params])
+        assert torch.allclose(out[i], single[0], atol=1e-5)
+
+
+def test_clips_share_a_draw_across_frames_and_differ_across_clips(small_photos):
+    frames = torch.stack(small_photos)  # 4 different frames
+    clips = frames[None].expand(6, -1, -1, -1, -1)  # 6 clips of the same 4 frames
+    pipe = ga.Pipeline(ga.RandomResizedCrop(64), ga.RandomHorizontalFlip(), ga.RandomRotation(30),
+                       ga.ColorJitter(0.4, 0.4, 0.4, 0.1), device="cpu", seed=3)
+    out, params = pipe(clips, return_params=True)
+    assert out.shape == (6, 4, 3, 64, 64)
+    assert all(v.shape[0] == 6 for p in params for v in p.values())  # one draw per clip
+    for c in range(6):  # each frame is what that frame gets alone with the clip's params
+        one = [{k: v[c : c + 1].repeat_interleave(4, 0) for k, v in p.items()} for p in params]
+        assert torch.allclose(out[c], pipe(frames, params=one), atol=1e-5)
+    assert not torch.allclose(out[0], out[1], atol=0.05)
+
+
+def test_uint8_and_float_input_agree(photos):
+    pipe = ga.Pipeline(*FULL(), device="cpu", seed=4)
+    out, params = pipe(photos, return_params=True)
+    out_f = pipe([to_float(p) for p in photos], params=params)
+    assert torch.allclose(out, out_f, atol=1e-4)
+
+
+def test_output_dtype_layout_and_range(photos):
+    out = ga.Pipeline(ga.RandomResizedCrop(64), ga.ColorJitter(0.5, 0.5, 0.5, 0.2), device="cpu",
+                      channels_last=True)(photos)
+    assert out.dtype == torch.float32 and out.shape == (4, 3, 64, 64)
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    assert out.min() >= 0 and out.max() <= 1
+    half = ga.Pipeline(ga.RandomResizedCrop(64), device="cpu", dtype=torch.float16)(photos)
+    assert half.dtype == torch.float16
+
+
+def test_cpu_half_precision_request_does_not_crash_with_one_thread(photos):
+    """CPU float16 grid_sample segfaults with one thread in torch 2.14; we compute in float32."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        img = torch.nn.functional.interpolate(photos[3][None].float(), size=(375, 500)).to(torch.uint8)
+        for dt in (torch.float16, torch.bfloat16):
+            out = ga.Pipeline(ga.RandomResizedCrop(224), ga.RandomRotation(30), device="cpu", dtype=dt)(img)
+            assert out.dtype == dt and torch.isfinite(out.float()).all()
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_pipeline_is_a_module_with_a_readable_repr():
+    pipe = ga.Pipeline(*FULL(), device="cpu", seed=0)
+    assert isinstance(pipe, torch.nn.Module)
+    text = repr(pipe)
+    for name in ("RandomResizedCrop", "RandomRotation", "ColorJitter", "Normalize", "seed=0"):
+        assert name in text
+    assert pipe.to("cpu").device == torch.device("cpu")
+
+
+# ---- one property harness for every op (torchvision's check_kernel, adapted) -------------------
+
+OPS = {
+    "resized_crop": lambda: ga.RandomResizedCrop(48),
+    "resize": lambda: ga.Resize((40, 56)),
+    "center_crop": lambda: ga.CenterCrop(50),
+    "hflip": lambda: ga.RandomHorizontalFlip(),
+    "vflip": lambda: ga.RandomVerticalFlip(),
+    "rotation": lambda: ga.RandomRotation(45),
+    "jitter": lambda: ga.ColorJitter(0.5, 0.5, 0.5, 0.3),
+    "grayscale": lambda: ga.RandomGrayscale(0.5),
+    "normalize": lambda: ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD),
+}
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_op_properties(small_photos, name):
+    x = torch.stack(small_photos * 4)
+    before = x.clone()
+    pipe = ga.Pipeline(OPS[name](), device="cpu", seed=0)
+    out, params = pipe(x, return_params=True)
+    assert torch.equal(x, before), "input modified in place"
+    assert out.dtype == torch.float32 and out.device == x.device
+    assert torch.isfinite(out).all()
+    one_by_one = [pipe(x[i : i + 1], params=[{k: v[i : i + 1] for k, v in p.items()} for p in params])
+                  for i in range(len(x))]
+    assert torch.allclose(out, torch.cat(one_by_one), atol=1e-5), "batched != one by one"
+    assert torch.equal(pipe(x, params=params), out), "replay differs"
+
+
+@pytest.mark.parametrize("op", [ga.RandomHorizontalFlip, ga.RandomVerticalFlip, ga.RandomGrayscale])
+def test_probability_zero_is_identity_and_one_changes_every_sample(small_photos, op):
+    x = torch.stack(small_photos * 4)
+    assert torch.allclose(ga.Pipeline(op(0.0), device="cpu")(x), x, atol=1e-6)
+    changed = (ga.Pipeline(op(1.0), device="cpu")(x) - x).flatten(1).abs().amax(1)
+    assert (changed > 0.01).all()
+
+
+def test_identity_ranges_leave_images_unchanged(small_photos):
+    x = torch.stack(small_photos)
+    pipe = ga.Pipeline(ga.RandomRotation(0), ga.ColorJitter(0, (1, 1), 0, (0, 0)), device="cpu")
+    assert torch.allclose(pipe(x), x, atol=1e-5)

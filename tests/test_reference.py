@@ -1,0 +1,248 @@
+"""Each op against torchvision.transforms.v2.functional on real photos.
+
+Degenerate ranges pin a parameter (brightness=(1.3, 1.3), degrees=(30, 30), p=1.0, ...) and the
+output must equal torchvision's kernel for that parameter; random ranges are checked sample by
+sample against the kernel called with that sample's drawn parameter.
+"""
+
+import pytest
+import torch
+import torchvision.transforms.v2.functional as TF
+from torchvision.transforms import InterpolationMode
+
+import gpuaug as ga
+from conftest import central_disc, psnr, to_float
+
+COLOR_TOL = 2 / 255
+
+
+def run(ops, images, **kw):
+    return ga.Pipeline(*ops, device="cpu", seed=kw.pop("seed", 0), **kw)(images, return_params=True)
+
+
+# ---- resize / crop ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("factor", [1.3, 2.0, 3.0, 4.5, 6.0])
+def test_resize_psnr_against_torchvision_antialias(photos, factor):
+    scores = []
+    for img in photos:
+        H, W = img.shape[-2:]
+        size = [round(H / factor), round(W / factor)]
+        ours = ga.Pipeline(ga.Resize(size), device="cpu")(img[None])[0]
+        ref = TF.resize(to_float(img), size, antialias=True)
+        scores.append(psnr(ours, ref))
+    assert min(scores) >= 34, scores
+    assert sum(scores) / len(scores) >= 40, scores
+
+
+def test_plain_bilinear_fails_the_psnr_bar(photos):
+    """The PSNR bar is discriminating: unfiltered bilinear sampling does not pass it."""
+    img = photos[0]
+    size = [img.shape[-2] // 4, img.shape[-1] // 4]
+    plain = ga.Pipeline(ga.Resize(size, antialias=False), device="cpu")(img[None])[0]
+    assert psnr(plain, TF.resize(to_float(img), size, antialias=True)) < 34
+    assert (plain - TF.resize(to_float(img), size, antialias=False)).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize("size", [256, (200, 300), (600, 700)])
+def test_resize_matches_torchvision(photos, size):
+    for img in photos:
+        ours = ga.Pipeline(ga.Resize(size), device="cpu")(img[None])[0]
+        ref = TF.resize(to_float(img), size if isinstance(size, int) else list(size), antialias=True)
+        assert ours.shape == ref.shape
+        assert (ours - ref).abs().max() < 1e-4
+
+
+def test_random_resized_crop_per_sample(photos):
+    out, params = run([ga.RandomResizedCrop((224, 192))], photos, seed=3)
+    p = params[0]
+    for i, img in enumerate(photos):
+        t, l, h, w = (int(p[k][i]) for k in ("top", "left", "height", "width"))
+        assert 0 <= t and t + h <= img.shape[-2] and 0 <= l and l + w <= img.shape[-1]
+        ref = TF.resized_crop(to_float(img), t, l, h, w, [224, 192], antialias=True)
+        assert (out[i] - ref).abs().max() < 1e-4
+
+
+def test_random_resized_crop_fallback_is_torchvisions_center_crop(photos):
+    # An impossible area (> the image) forces the fallback; ratio (2, 3) is wider than every photo.
+    out, params = run([ga.RandomResizedCrop(64, scale=(1.5, 2.0), ratio=(2.0, 3.0))], photos)
+    for i, img in enumerate(photos):
+        H, W = img.shape[-2:]
+        h, w = round(W / 2.0), W
+        assert [int(params[0][k][i]) for k in ("top", "left", "height", "width")] == [(H - h) // 2, 0, h, w]
+        ref = TF.resized_crop(to_float(img), (H - h) // 2, 0, h, w, [64, 64], antialias=True)
+        assert (out[i] - ref).abs().max() < 1e-4
+
+
+def test_random_resized_crop_draws_like_torchvision(photos):
+    """Sampled crops follow torchvision's distribution: area fraction and ratio inside the ranges."""
+    img = photos[0]
+    _, params = run([ga.RandomResizedCrop(32)], img[None].expand(512, -1, -1, -1))
+    p = params[0]
+    area = p["height"] * p["width"] / (img.shape[-2] * img.shape[-1])
+    ratio = p["width"] / p["height"]
+    assert area.min() > 0.06 and area.max() <= 1.0 and 0.4 < area.mean() < 0.65
+    assert ratio.min() > 0.7 and ratio.max() < 1.4
+
+
+@pytest.mark.parametrize("size", [(200, 150), (700, 300)])
+def test_center_crop_matches_torchvision_including_padding(photos, size):
+    for img in photos:
+        ours = ga.Pipeline(ga.CenterCrop(size), device="cpu")(img[None])[0]
+        ref = TF.center_crop(to_float(img), list(size))
+        assert (ours - ref).abs().max() < 1e-4
+
+
+def test_resize_then_center_crop_on_a_ragged_list(photos):
+    out = ga.Pipeline(ga.Resize(256), ga.CenterCrop(224), device="cpu")(photos)
+    for i, img in enumerate(photos):
+        ref = TF.center_crop(TF.resize(to_float(img), 256, antialias=True), [224, 224])
+        assert (out[i] - ref).abs().max() < 1e-4
+
+
+# ---- flips and rotation ---------------------------------------------------------------------
+
+
+def test_flips_with_p1(photos):
+    img = photos[1]
+    h = ga.Pipeline(ga.RandomHorizontalFlip(1.0), device="cpu")(img[None])[0]
+    v = ga.Pipeline(ga.RandomVerticalFlip(1.0), device="cpu")(img[None])[0]
+    assert (h - TF.horizontal_flip(to_float(img))).abs().max() < 1e-5
+    assert (v - TF.vertical_flip(to_float(img))).abs().max() < 1e-5
+
+
+def test_flip_after_resized_crop_per_sample(photos):
+    out, params = run([ga.RandomResizedCrop(128), ga.RandomHorizontalFlip(0.5)], photos * 4, seed=5)
+    crop, flip = params
+    assert 0 < int(flip["flip"].sum()) < len(photos) * 4
+    for i, img in enumerate(photos * 4):
+        ref = TF.resized_crop(to_float(img), *(int(crop[k][i]) for k in ("top", "left", "height", "width")), [128, 128])
+        if flip["flip"][i]:
+            ref = TF.horizontal_flip(ref)
+        assert (out[i] - ref).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize("angle", [30.0, -12.5, 90.0, 170.0])
+def test_rotation_matches_torchvision(small_photos, angle):
+    x = torch.stack(small_photos)
+    out = ga.Pipeline(ga.RandomRotation((angle, angle)), device="cpu")(x)
+    disc = central_disc(*x.shape[-2:])
+    for i in range(len(x)):
+        ref = TF.rotate(x[i], angle, interpolation=InterpolationMode.BILINEAR, fill=0)
+        assert (out[i] - ref).abs().amax(0)[disc].max() < 1e-4
+        assert (out[i] - ref).abs().max() < 1e-3  # corners too: torchvision's fill rule
+
+
+def test_rotation_fill_per_channel(small_photos):
+    x = small_photos[0]
+    out = ga.Pipeline(ga.RandomRotation((40, 40), fill=(0.2, 0.5, 0.9)), device="cpu")(x[None])[0]
+    ref = TF.rotate(x, 40, interpolation=InterpolationMode.BILINEAR, fill=[0.2, 0.5, 0.9])
+    assert (out - ref).abs().max() < 1e-3
+    assert out[:, 0, 0].tolist() == pytest.approx([0.2, 0.5, 0.9], abs=1e-4)
+
+
+def test_rotation_per_sample_after_crop_and_flip(photos):
+    ops = [ga.RandomResizedCrop(160), ga.RandomHorizontalFlip(), ga.RandomRotation(25)]
+    out, (crop, flip, rot) = run(ops, photos * 2, seed=11)
+    disc = central_disc(160, 160)
+    for i, img in enumerate(photos * 2):
+        ref = TF.resized_crop(to_float(img), *(int(crop[k][i]) for k in ("top", "left", "height", "width")), [160, 160])
+        if flip["flip"][i]:
+            ref = TF.horizontal_flip(ref)
+        ref = TF.rotate(ref, float(rot["angle"][i]), interpolation=InterpolationMode.BILINEAR, fill=0)
+        assert (out[i] - ref).abs().amax(0)[disc].max() < 1e-4
+
+
+# ---- color ------------------------------------------------------------------------------------
+
+COLOR_CASES = [
+    (dict(brightness=(1.3, 1.3)), lambda x: TF.adjust_brightness(x, 1.3)),
+    (dict(brightness=(0.4, 0.4)), lambda x: TF.adjust_brightness(x, 0.4)),
+    (dict(contrast=(1.6, 1.6)), lambda x: TF.adjust_contrast(x, 1.6)),
+    (dict(contrast=(0.3, 0.3)), lambda x: TF.adjust_contrast(x, 0.3)),
+    (dict(saturation=(1.8, 1.8)), lambda x: TF.adjust_saturation(x, 1.8)),
+    (dict(saturation=(0.0, 0.0)), lambda x: TF.adjust_saturation(x, 0.0)),
+    (dict(hue=(0.2, 0.2)), lambda x: TF.adjust_hue(x, 0.2)),
+    (dict(hue=(-0.45, -0.45)), lambda x: TF.adjust_hue(x, -0.45)),
+    (dict(hue=(0.5, 0.5)), lambda x: TF.adjust_hue(x, 0.5)),
+]
+
+
+@pytest.mark.parametrize("kwargs,reference", COLOR_CASES)
+def test_color_jitter_single_adjustment(small_photos, kwargs, reference):
+    x = torch.stack(small_photos)
+    out = ga.Pipeline(ga.ColorJitter(**kwargs), device="cpu")(x)
+    for i in range(len(x)):
+        assert (out[i] - reference(x[i])).abs().max() <= COLOR_TOL
+
+
+def test_color_jitter_per_sample_order_and_factors(small_photos):
+    x = torch.stack(small_photos * 8)
+    out, params = run([ga.ColorJitter(0.4, 0.4, 0.4, 0.1)], x, seed=2)
+    p = params[0]
+    kernels = [TF.adjust_brightness, TF.adjust_contrast, TF.adjust_saturation, TF.adjust_hue]
+    names = ["brightness", "contrast", "saturation", "hue"]
+    assert len({tuple(o) for o in p["order"].tolist()}) > 8  # orders differ between samples
+    for i in range(len(x)):
+        ref = x[i]
+        for op in p["order"][i].tolist():
+            ref = kernels[op](ref, float(p[names[op]][i]))
+        assert (out[i] - ref).abs().max() <= COLOR_TOL
+
+
+def test_color_jitter_subset_keeps_per_sample_order(small_photos):
+    x = torch.stack(small_photos * 4)
+    out, params = run([ga.ColorJitter(contrast=0.5, hue=0.2)], x, seed=4)
+    p = params[0]
+    assert torch.all(p["brightness"] == 1) and torch.all(p["saturation"] == 1)
+    for i in range(len(x)):
+        ref = x[i]
+        for op in p["order"][i].tolist():
+            if op == 1:
+                ref = TF.adjust_contrast(ref, float(p["contrast"][i]))
+            elif op == 3:
+                ref = TF.adjust_hue(ref, float(p["hue"][i]))
+        assert (out[i] - ref).abs().max() <= COLOR_TOL
+
+
+def test_grayscale_p1_and_one_channel_images(small_photos):
+    x = torch.stack(small_photos)
+    out = ga.Pipeline(ga.RandomGrayscale(1.0), device="cpu")(x)
+    for i in range(len(x)):
+        assert (out[i] - TF.rgb_to_grayscale(x[i], num_output_channels=3)).abs().max() <= COLOR_TOL
+    gray = TF.rgb_to_grayscale(x)
+    jitter = ga.Pipeline(ga.ColorJitter(0.3, 0.3, 0.3, 0.3), ga.RandomGrayscale(1.0), device="cpu", seed=1)
+    out, params = jitter(gray, return_params=True)
+    p = params[0]
+    for i in range(len(x)):  # saturation and hue do nothing to one channel, as in torchvision
+        ref = TF.adjust_contrast(TF.adjust_brightness(gray[i], float(p["brightness"][i])), float(p["contrast"][i]))
+        if p["order"][i].tolist().index(1) < p["order"][i].tolist().index(0):
+            ref = TF.adjust_brightness(TF.adjust_contrast(gray[i], float(p["contrast"][i])), float(p["brightness"][i]))
+        assert (out[i] - ref).abs().max() <= COLOR_TOL
+
+
+def test_normalize(small_photos):
+    x = torch.stack(small_photos)
+    out = ga.Pipeline(ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD), device="cpu")(x)
+    assert (out - TF.normalize(x, list(ga.IMAGENET_MEAN), list(ga.IMAGENET_STD))).abs().max() < 1e-5
+
+
+def test_full_pipeline_per_sample_against_torchvision_chain(photos):
+    ops = [ga.RandomResizedCrop(224), ga.RandomHorizontalFlip(), ga.RandomRotation(15),
+           ga.ColorJitter(0.4, 0.4, 0.4, 0.1), ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD)]
+    batch = photos * 3
+    out, (crop, flip, rot, jit, _) = run(ops, batch, seed=7)
+    kernels = [TF.adjust_brightness, TF.adjust_contrast, TF.adjust_saturation, TF.adjust_hue]
+    names = ["brightness", "contrast", "saturation", "hue"]
+    disc = central_disc(224, 224)
+    for i, img in enumerate(batch):
+        ref = TF.resized_crop(to_float(img), *(int(crop[k][i]) for k in ("top", "left", "height", "width")), [224, 224])
+        if flip["flip"][i]:
+            ref = TF.horizontal_flip(ref)
+        ref = TF.rotate(ref, float(rot["angle"][i]), interpolation=InterpolationMode.BILINEAR, fill=0)
+        for op in jit["order"][i].tolist():
+            ref = kernels[op](ref, float(jit[names[op]][i]))
+        ref = TF.normalize(ref, list(ga.IMAGENET_MEAN), list(ga.IMAGENET_STD))
+        err = (out[i] - ref).abs().amax(0)
+        assert err[disc].max() <= COLOR_TOL / min(ga.IMAGENET_STD)
