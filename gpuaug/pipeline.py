@@ -14,6 +14,7 @@ from .transforms.color import ColorOp, Normalize
 from .transforms.geometry import AxisMap, GeometricOp, RandomRotation
 
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_CPU_CHUNK = 4
 
 
 class Pipeline(nn.Module):
@@ -105,33 +106,46 @@ class Pipeline(nn.Module):
     # ---- the per-batch path: no host sync, no per-sample loop over pixels -----------------------
 
     def forward(self, images, params: list[Params] | None = None, return_params: bool = False):
-        x, sizes, frames, is_clip = self._gather(images)
-        n = x.shape[0] // frames
-        geometric = [op for op in self.ops if isinstance(op, GeometricOp)]
-        sizes_in = {}
-        s = sizes
-        for op in geometric:
-            sizes_in[id(op)] = s
-            s = op.output_sizes(s)
+        items, sizes, frames, is_clip = self._inspect(images)
+        n = len(items) // frames
         if params is None:
-            gen = self._get_generator()
-            params = [op.make_params(Draw(n, self.device, gen, _per_draw(sizes_in.get(id(op), s), frames)))
-                      for op in self.ops]
+            params = self._draw(n, sizes, frames)
         else:
             params = self._check_params(params, n)
         frame_params = [{k: v.repeat_interleave(frames, 0) for k, v in p.items()} if frames > 1 else p for p in params]
-        by_op = {id(op): p for op, p in zip(self.ops, frame_params)}
 
-        dt = self.compute_dtype()
-        x = self._resample(x, sizes, sizes_in, by_op, dt)
+        # On the CPU, working on a few images at a time keeps the intermediates in cache: with one
+        # thread, 4 images per chunk ran 3.9x faster per image than one 64-image pass (2026-12-02).
+        # On CUDA the whole batch is one pass.
+        step = len(items) if self.device.type == "cuda" else max(_CPU_CHUNK, frames)
+        outs = []
+        for start in range(0, len(items), step):
+            part = slice(start, start + step)
+            by_op = {id(op): {k: v[part] for k, v in p.items()} for op, p in zip(self.ops, frame_params)}
+            outs.append(self._augment(self._stack(items[part], sizes[part]), sizes[part], by_op))
+        out = self._finish(torch.cat(outs) if len(outs) > 1 else outs[0], n, frames if is_clip else 0)
+        return (out, params) if return_params else out
+
+    def _draw(self, n: int, sizes: Sizes, frames: int) -> list[Params]:
+        """Every op's params for ``n`` draws (images, or clips), from the pipeline's generator."""
+        gen = self._get_generator()
+        params = []
+        for op in self.ops:
+            params.append(op.make_params(Draw(n, self.device, gen, sizes[::frames])))
+            if isinstance(op, GeometricOp):
+                sizes = op.output_sizes(sizes)
+        return params
+
+    def _augment(self, x: Tensor, sizes: Sizes, by_op: dict) -> Tensor:
+        """Geometry, then color ops in order, on ``(N, C, H, W)`` images -> float ``(N, C, h, w)``."""
+        x = self._resample(x, sizes, by_op, self.compute_dtype())
         x = self._warp(x, by_op)
         for op in self.ops:
             if isinstance(op, ColorOp):
                 x = op.apply(x, by_op[id(op)])
-        out = self._finish(x, n, frames if is_clip else 0)
-        return (out, params) if return_params else out
+        return x
 
-    def _resample(self, x: Tensor, sizes: Sizes, sizes_in: dict, by_op: dict, dt: torch.dtype) -> Tensor:
+    def _resample(self, x: Tensor, sizes: Sizes, by_op: dict, dt: torch.dtype) -> Tensor:
         """Crop, resize and flip ops, fused into one antialiased pass over the source."""
         ops = [op for op in self.ops if hasattr(op, "map_axes") and not self._after_rotation(op)]
         scale = 1.0 if x.dtype == torch.uint8 else None
@@ -199,10 +213,9 @@ class Pipeline(nn.Module):
 
     # ---- input and params checks ---------------------------------------------------------------
 
-    def _gather(self, images) -> tuple[Tensor, Sizes, int, bool]:
-        """Validate, move to the device, stack (padding ragged lists): -> ``(N, C, H, W)``, the
-        sizes, frames per clip and whether the input was clips."""
-        dev = self.device
+    def _inspect(self, images) -> tuple[list[Tensor] | Tensor, Sizes, int, bool]:
+        """Validate the input without touching its data: -> the images as a list of ``(C, H, W)``
+        or an ``(N, C, H, W)`` tensor (clips flattened), their sizes, frames per clip, is-clip."""
         if isinstance(images, (list, tuple)):
             if len(images) == 0:
                 raise ValueError("expected a non-empty batch of images, got an empty list")
@@ -215,31 +228,35 @@ class Pipeline(nn.Module):
                     raise ValueError(
                         f"all images in a list need one dtype and channel count: item 0 is {images[0].dtype} "
                         f"{tuple(images[0].shape)}, item {i} is {t.dtype} {tuple(t.shape)}")
-            _check_image_tensor(images[0][None], "images")
-            per_image = [tuple(t.shape[-2:]) for t in images]
-            sizes = Sizes(per_image=per_image)
-            moved = [t.to(dev, non_blocking=True) for t in images]
-            if sizes.uniform is not None:
-                return torch.stack(moved), sizes, 1, False
-            H, W = sizes.max()
-            x = moved[0].new_zeros(len(moved), moved[0].shape[0], H, W)
-            for i, t in enumerate(moved):
-                x[i, :, : t.shape[1], : t.shape[2]] = t
-            return x, sizes, 1, False
+                _check_image_tensor(t[None], "images")
+            return list(images), Sizes(per_image=[tuple(t.shape[-2:]) for t in images]), 1, False
         if not isinstance(images, Tensor):
             raise TypeError(f"expected a uint8/float tensor or a list of tensors, got {type(images).__name__}")
         if images.dim() == 5:
             if images.shape[1] == 0:
                 raise ValueError(f"expected clips with at least one frame, got shape {tuple(images.shape)}")
             _check_image_tensor(images.flatten(0, 1), "clips")
-            x = images.flatten(0, 1).to(dev, non_blocking=True)
-            return x, Sizes(uniform=tuple(images.shape[-2:])), images.shape[1], True
+            return images.flatten(0, 1), Sizes(uniform=tuple(images.shape[-2:])), images.shape[1], True
         if images.dim() != 4:
             raise ValueError(
                 f"expected images of shape (B, C, H, W), clips (B, T, C, H, W) or a list of (C, H, W) tensors, "
                 f"got a tensor of shape {tuple(images.shape)}")
         _check_image_tensor(images, "images")
-        return images.to(dev, non_blocking=True), Sizes(uniform=tuple(images.shape[-2:])), 1, False
+        return images, Sizes(uniform=tuple(images.shape[-2:])), 1, False
+
+    def _stack(self, items: list[Tensor] | Tensor, sizes: Sizes) -> Tensor:
+        """Move to the device (non-blocking) as one ``(N, C, H, W)`` batch, ragged images padded."""
+        dev = self.device
+        if isinstance(items, Tensor):
+            return items.to(dev, non_blocking=True)
+        moved = [t.to(dev, non_blocking=True) for t in items]
+        if sizes.uniform is not None:
+            return torch.stack(moved)
+        H, W = sizes.max()
+        x = moved[0].new_zeros(len(moved), moved[0].shape[0], H, W)
+        for i, t in enumerate(moved):
+            x[i, :, : t.shape[1], : t.shape[2]] = t
+        return x
 
     def _check_params(self, params, n: int) -> list[Params]:
         if not isinstance(params, (list, tuple)) or len(params) != len(self.ops):
@@ -255,13 +272,6 @@ class Pipeline(nn.Module):
                                      f"{n} (one per sample), got {getattr(v, 'shape', type(v).__name__)}")
             out.append({k: v.to(self.device, non_blocking=True) for k, v in p.items()})
         return out
-
-
-def _per_draw(sizes: Sizes, frames: int) -> Sizes:
-    """Sizes of the first frame of each clip (all frames of a clip share one size)."""
-    if frames == 1 or sizes.per_image is None:
-        return sizes
-    return Sizes(per_image=sizes.per_image[::frames])
 
 
 def _check_image_tensor(x: Tensor, what: str) -> None:

@@ -1,0 +1,62 @@
+"""CUDA-only checks; they skip cleanly on machines without a GPU (CI has none)."""
+
+import pytest
+import torch
+
+import gpuaug as ga
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def ops():
+    return [ga.RandomResizedCrop(224), ga.RandomHorizontalFlip(), ga.RandomRotation(15),
+            ga.ColorJitter(0.4, 0.4, 0.4, 0.1), ga.RandomGrayscale(0.2)]
+
+
+def test_float16_on_cuda_within_4_of_255_of_float32_on_cpu(photos):
+    gpu = ga.Pipeline(*ops(), device="cuda", seed=0)
+    out, params = gpu(photos * 4, return_params=True)
+    assert out.dtype == torch.float16 and out.device.type == "cuda"
+    cpu = ga.Pipeline(*ops(), device="cpu", seed=0)
+    ref = cpu(photos * 4, params=[{k: v.cpu() for k, v in p.items()} for p in params])
+    err = (out.float().cpu() - ref).abs()
+    # Hue flips by a whole turn where a pixel's hue sits on the wrap point; allow a handful of pixels.
+    assert (err > 4 / 255).float().mean() < 1e-4, err.max()
+
+
+def test_no_host_sync_per_batch(photos):
+    pipe = ga.Pipeline(*ops(), ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD), device="cuda", seed=0)
+    batch = torch.stack([torch.nn.functional.interpolate(p[None].float(), size=(375, 500))[0] for p in photos * 8])
+    batch = batch.to(torch.uint8).cuda()
+    pipe(batch)  # warm up: generator creation and lazy CUDA init may sync once
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(3):
+            out = pipe(batch)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert out.shape == (32, 3, 224, 224)
+
+
+def test_cpu_batch_is_moved_to_the_pipeline_device(photos):
+    out = ga.Pipeline(*ops(), device="cuda", seed=0)(photos)
+    assert out.device.type == "cuda"
+
+
+def test_ragged_list_on_cuda_matches_each_alone(photos):
+    pipe = ga.Pipeline(*ops(), device="cuda", seed=1)
+    out, params = pipe([p.cuda() for p in photos], return_params=True)
+    for i, img in enumerate(photos):
+        alone = pipe(img[None].cuda(), params=[{k: v[i:i + 1] for k, v in p.items()} for p in params])
+        assert (out[i].float() - alone[0].float()).abs().max() < 2e-3
+
+
+def test_torch_compile_matches_eager(photos):
+    pipe = ga.Pipeline(*ops(), device="cuda", seed=2)
+    batch = torch.stack([torch.nn.functional.interpolate(p[None].float(), size=(240, 320))[0] for p in photos])
+    batch = batch.to(torch.uint8).cuda()
+    eager, params = pipe(batch, return_params=True)
+    compiled = torch.compile(pipe)
+    out = compiled(batch, params=params)
+    assert (out.float() - eager.float()).abs().max() < 4 / 255

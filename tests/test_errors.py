@@ -1,0 +1,135 @@
+"""Bad input and bad arguments: a clear TypeError/ValueError saying what was expected and what came."""
+
+import pytest
+import torch
+import torchvision.transforms.v2 as v2
+
+import gpuaug as ga
+
+
+def pipe(*ops):
+    return ga.Pipeline(*(ops or (ga.RandomResizedCrop(32),)), device="cpu", seed=0)
+
+
+@pytest.mark.parametrize(
+    "images,error,words",
+    [
+        (torch.zeros(2, 3, 8, 8, dtype=torch.int32), TypeError, "uint8 or float"),
+        (torch.zeros(3, 8, 8, dtype=torch.uint8), ValueError, "(B, C, H, W)"),
+        (torch.zeros(2, 4, 8, 8, dtype=torch.uint8), ValueError, "1 or 3 channels"),
+        (torch.zeros(0, 3, 8, 8, dtype=torch.uint8), ValueError, "non-empty"),
+        (torch.zeros(2, 3, 0, 8, dtype=torch.uint8), ValueError, "non-zero height"),
+        (torch.zeros(2, 0, 3, 8, 8, dtype=torch.uint8), ValueError, "at least one frame"),
+        ([], ValueError, "non-empty"),
+        ([torch.zeros(3, 8, 8, dtype=torch.uint8), "x.jpg"], TypeError, "item 1 is str"),
+        ([torch.zeros(1, 3, 8, 8, dtype=torch.uint8)], ValueError, "item 0 has shape"),
+        ([torch.zeros(3, 8, 8, dtype=torch.uint8), torch.zeros(3, 8, 9)], ValueError, "one dtype"),
+        ("images.jpg", TypeError, "got str"),
+    ],
+)
+def test_bad_images(images, error, words):
+    with pytest.raises(error, match=None) as info:
+        pipe()(images)
+    assert words in str(info.value)
+
+
+def test_ragged_list_without_fixed_output_size():
+    ragged = [torch.zeros(3, 8, 8, dtype=torch.uint8), torch.zeros(3, 10, 12, dtype=torch.uint8)]
+    for p in (pipe(ga.ColorJitter(0.1)), pipe(ga.Resize(6)), pipe(ga.RandomHorizontalFlip())):
+        with pytest.raises(ValueError, match="fixed output size"):
+            p(ragged)
+    assert pipe(ga.Resize(6), ga.CenterCrop(4))(ragged).shape == (2, 3, 4, 4)
+
+
+def test_normalize_channel_mismatch():
+    with pytest.raises(ValueError, match="3 channels of mean/std, images have 1"):
+        pipe(ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD))(torch.zeros(2, 1, 8, 8, dtype=torch.uint8))
+
+
+def test_bad_replayed_params():
+    p = pipe()
+    x = torch.zeros(2, 3, 40, 40, dtype=torch.uint8)
+    _, params = p(x, return_params=True)
+    with pytest.raises(ValueError, match="one dict per op"):
+        p(x, params=params * 2)
+    with pytest.raises(ValueError, match="first dimension 3"):
+        p(torch.zeros(3, 3, 40, 40, dtype=torch.uint8), params=params)
+
+
+# torchvision raises these for the same mistakes; we must raise the same exception type.
+BAD_ARGS = [
+    ("RandomRotation", (-5,), {}),
+    ("RandomRotation", ((1, 2, 3),), {}),
+    ("RandomRotation", ("abc",), {}),
+    ("ColorJitter", (), {"hue": 0.7}),
+    ("ColorJitter", (), {"hue": (-0.6, 0.1)}),
+    ("ColorJitter", (), {"brightness": -1}),
+    ("ColorJitter", (), {"contrast": (2.0, 1.0)}),
+    ("ColorJitter", (), {"saturation": (-0.5, 1.0)}),
+    ("ColorJitter", (), {"brightness": "a lot"}),
+    ("RandomHorizontalFlip", (1.5,), {}),
+    ("RandomVerticalFlip", (-0.1,), {}),
+    ("RandomGrayscale", (2,), {}),
+    ("RandomResizedCrop", (224,), {"scale": 0.5}),
+    ("RandomResizedCrop", (224,), {"ratio": 1.0}),
+    ("RandomResizedCrop", ((1, 2, 3),), {}),
+    ("CenterCrop", ((1, 2, 3),), {}),
+]
+
+
+@pytest.mark.parametrize("name,args,kwargs", BAD_ARGS)
+def test_bad_op_arguments_raise_what_torchvision_raises(name, args, kwargs):
+    with pytest.raises((TypeError, ValueError)) as tv_error:
+        getattr(v2, name)(*args, **kwargs)
+    with pytest.raises(type(tv_error.value)):
+        getattr(ga, name)(*args, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "make,error",
+    [
+        (lambda: ga.RandomResizedCrop(224, scale=(0.9, 0.1)), ValueError),
+        (lambda: ga.RandomResizedCrop(0), ValueError),
+        (lambda: ga.Resize(-3), ValueError),
+        (lambda: ga.Normalize((0.5, 0.5), (0.5,)), ValueError),
+        (lambda: ga.Normalize((0.5,), (0.0,)), ValueError),
+        (lambda: ga.RandomRotation(10, fill="red"), TypeError),
+        (lambda: ga.Pipeline(v2.RandomHorizontalFlip(), device="cpu"), TypeError),
+        (lambda: ga.Pipeline(ga.Normalize((0.5,), (0.5,)), ga.ColorJitter(0.1), device="cpu"), ValueError),
+        (lambda: ga.Pipeline(ga.RandomRotation(10), ga.Resize(32), device="cpu"), ValueError),
+        (lambda: ga.Pipeline(ga.RandomResizedCrop(32), device="cpu", dtype=torch.int32), TypeError),
+    ],
+)
+def test_bad_construction(make, error):
+    with pytest.raises(error):
+        make()
+
+
+def test_ops_are_not_called_alone():
+    with pytest.raises(TypeError, match="gpuaug.Pipeline"):
+        ga.RandomHorizontalFlip()(torch.zeros(1, 3, 4, 4))
+
+
+def test_rotation_fill_channel_mismatch():
+    p = pipe(ga.RandomRotation(10, fill=(0.1, 0.2)))
+    with pytest.raises(ValueError, match="fill has 2 values, images have 3"):
+        p(torch.zeros(1, 3, 8, 8, dtype=torch.uint8))
+
+
+def test_select_device(monkeypatch):
+    monkeypatch.delenv("GPUAUG_DEVICE", raising=False)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    assert ga.select_device("cpu") == torch.device("cpu")
+    monkeypatch.setenv("GPUAUG_DEVICE", "cpu")
+    assert ga.select_device() == torch.device("cpu")
+    assert ga.select_device("meta") == torch.device("meta")  # the argument wins over the env
+    monkeypatch.delenv("GPUAUG_DEVICE")
+    if not torch.cuda.is_available():
+        monkeypatch.setenv("LOCAL_RANK", "3")
+        assert ga.select_device() == torch.device("cpu")
+    else:
+        monkeypatch.setenv("LOCAL_RANK", "0")
+        assert ga.select_device() == torch.device("cuda", 0)
+        monkeypatch.setenv("LOCAL_RANK", "x")
+        with pytest.raises(ValueError, match="LOCAL_RANK"):
+            ga.select_device()
