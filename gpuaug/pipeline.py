@@ -170,7 +170,7 @@ class Pipeline(nn.Module):
         antialias = all(getattr(op, "antialias", True) for op in ops)
         rows = axis_taps(ymap.scale, ymap.offset, ymap.window, ymap.valid, h, H, tap_count(zoom_y, antialias), antialias)
         cols = axis_taps(xmap.scale, xmap.offset, xmap.window, xmap.valid, w, W, tap_count(zoom_x, antialias), antialias)
-        out = resample_separable(x.to(dt), rows, cols)
+        out = resample_separable(x, rows, cols, dt)
         return out.mul_(1 / 255) if scale is not None else out
 
     def _after_rotation(self, op: Op) -> bool:
@@ -195,9 +195,10 @@ class Pipeline(nn.Module):
         C = x.shape[1]
         if len(fill) not in (1, C):
             raise ValueError(f"RandomRotation fill has {len(fill)} values, images have {C} channels")
+        if not any(fill):
+            return warp_affine(x, matrix)
         fill_t = torch.tensor(fill * C if len(fill) == 1 else fill, dtype=torch.float32)
-        fill_t = fill_t.to(x.device, non_blocking=True)
-        return warp_affine(x, matrix, fill_t)
+        return warp_affine(x, matrix, fill_t.to(x.device, non_blocking=True))
 
     def _finish(self, x: Tensor, n: int, frames: int) -> Tensor:
         """Cast to the output dtype, restore clips' ``(B, T, ...)`` (``frames`` > 0), lay out memory."""

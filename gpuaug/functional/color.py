@@ -10,6 +10,7 @@ equals torchvision's kernel called on that sample with ``f``.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 # ITU-R 601-2 luma weights, as torchvision's rgb_to_grayscale.
@@ -27,14 +28,16 @@ def rgb_to_grayscale(x: Tensor) -> Tensor:
     """Luma of ``(B, 3, H, W)`` RGB images -> ``(B, 1, H, W)``; a 1-channel input is returned as is."""
     if x.shape[1] == 1:
         return x
-    r, g, b = x.unbind(1)
-    return (r * _LUMA[0] + g * _LUMA[1] + b * _LUMA[2]).unsqueeze(1)
+    # A 1x1 convolution is one pass over the image (three mul-adds are five).
+    return F.conv2d(x, torch.tensor(_LUMA, dtype=x.dtype, device=x.device).view(1, 3, 1, 1))
 
 
 def blend(x: Tensor, reference: Tensor | float, factor: float | Tensor) -> Tensor:
     """``factor * x + (1 - factor) * reference``, clamped to [0, 1] (torchvision's ``_blend``)."""
     f = per_sample(factor, x)
-    return (x * f + reference * (1 - f)).clamp_(0, 1)
+    if not isinstance(reference, Tensor):
+        return (x * f).clamp_(0, 1) if reference == 0 else (x * f + reference * (1 - f)).clamp_(0, 1)
+    return torch.lerp(reference.expand_as(x), x, f).clamp_(0, 1)
 
 
 def adjust_brightness(x: Tensor, factor: float | Tensor) -> Tensor:
@@ -60,9 +63,9 @@ def adjust_hue(x: Tensor, factor: float | Tensor) -> Tensor:
 
     Same result as torchvision's ``adjust_hue`` (RGB -> HSV, ``h = (h + factor) % 1``, HSV -> RGB) but
     without building the HSV image: with ``v = max``, chroma ``c = max - min`` and the shifted hue
-    ``h6`` in sixths, each channel is ``v - c * clamp(min(k, 4 - k), 0, 1)``, ``k = (n + h6) % 6``
-    with n = 5, 3, 1 for R, G, B. Computed in float32 whatever the input dtype (hue is the one
-    numerically delicate step), then cast back. No-op on 1 channel.
+    ``h6`` in sixths of a turn, each channel is ``v - c * clamp(min(k, 4 - k), 0, 1)`` with
+    ``k = (h6 + n) % 6``, n = 5, 3, 1 for R, G, B. Computed in float32 whatever the input dtype
+    (hue is the one numerically delicate step), then cast back. No-op on 1 channel.
     """
     if x.shape[1] == 1:
         return x.clone()
@@ -70,22 +73,16 @@ def adjust_hue(x: Tensor, factor: float | Tensor) -> Tensor:
     r, g, b = xf.unbind(1)
     maxc, minc = xf.amax(1), xf.amin(1)
     chroma = maxc - minc
-    # Where chroma is 0 the hue is undefined and every channel equals v; divide by 1 to avoid NaN.
-    safe = torch.where(chroma > 0, chroma, torch.ones_like(chroma))
-    h6 = torch.where(
-        maxc == r,
-        (g - b) / safe,
-        torch.where(maxc == g, (b - r) / safe + 2.0, (r - g) / safe + 4.0),
-    )
-    shift = per_sample(factor, xf)
-    if isinstance(shift, Tensor):
-        shift = shift.view(-1, 1, 1)
-    h6 = h6 + 6.0 * shift
-    channels = []
-    for n in (5.0, 3.0, 1.0):
+    # Where chroma is 0 every numerator below is 0 too: a tiny divisor keeps the hue finite (0).
+    h6 = torch.where(maxc == r, g - b, torch.where(maxc == g, (b - r).add_(chroma, alpha=2), (r - g).add_(chroma, alpha=4)))
+    h6 = h6.div_(chroma.clamp(min=1e-12))
+    shift = 6.0 * factor.to(xf.device, torch.float32).view(-1, 1, 1) if isinstance(factor, Tensor) else 6.0 * factor
+    h6 = h6.add_(shift)
+    out = torch.empty_like(xf)
+    for i, n in enumerate((5.0, 3.0, 1.0)):
         k = torch.remainder(h6 + n, 6.0)
-        channels.append(maxc - chroma * torch.minimum(k, 4.0 - k).clamp_(0.0, 1.0))
-    return torch.stack(channels, 1).to(x.dtype)
+        torch.addcmul(maxc, chroma, torch.minimum(k, 4.0 - k).clamp_(0.0, 1.0), value=-1, out=out[:, i])
+    return out.to(x.dtype)
 
 
 def normalize(x: Tensor, mean: Tensor, std: Tensor) -> Tensor:

@@ -75,25 +75,29 @@ def axis_taps(
     return index.clamp_(0, src_size - 1).long(), weight
 
 
-def resample_separable(x: Tensor, rows: tuple[Tensor, Tensor], cols: tuple[Tensor, Tensor]) -> Tensor:
+def resample_separable(x: Tensor, rows: tuple[Tensor, Tensor], cols: tuple[Tensor, Tensor], dtype=None) -> Tensor:
     """Resample ``(B, C, H, W)`` images to ``(B, C, h, w)`` with per-sample row and column taps.
 
-    Rows first (each output row mixes a few source rows), then columns; both are one fused
-    gather-and-sum (``embedding_bag``) for the whole batch, reading only the taps, never the whole
-    source per output pixel.
+    Columns first, then rows; each pass is one fused gather-and-sum (``embedding_bag``) for the
+    whole batch that reads only the taps. The source is converted to ``dtype`` and transposed in
+    the same copy, so the result comes out contiguous.
 
     Args:
-        x: ``(B, C, H, W)`` float images (any float dtype; the result has the same dtype).
+        x: ``(B, C, H, W)`` uint8 or float images.
         rows: ``(index, weight)`` from :func:`axis_taps`, ``(B, h, K)``, indices into ``H``.
         cols: ``(index, weight)`` from :func:`axis_taps`, ``(B, w, K')``, indices into ``W``.
+        dtype: float dtype to compute and return in (default: ``x``'s, which must then be float).
     """
     B, C, H, W = x.shape
+    dtype = dtype or x.dtype
     (ri, rw), (ci, cw) = rows, cols
     h, w = ri.shape[1], ci.shape[1]
-    y = _gather_rows(x.reshape(B * C * H, W), ri, rw.to(x.dtype), B, C, H)  # (B*C*h, W)
-    y = y.view(B, C, h, W).transpose(2, 3).reshape(B * C * W, h)
-    out = _gather_rows(y, ci, cw.to(x.dtype), B, C, W)  # (B*C*w, h)
-    return out.view(B, C, w, h).transpose(2, 3)
+    src = torch.empty(B, C, W, H, dtype=dtype, device=x.device)
+    src.copy_(x.transpose(2, 3))  # cast and transpose in one pass
+    t = _gather_rows(src.view(B * C * W, H), ci, cw.to(dtype), B, C, W)  # (B*C*w, H)
+    t = t.view(B, C, w, H).transpose(2, 3).contiguous()
+    out = _gather_rows(t.view(B * C * H, w), ri, rw.to(dtype), B, C, H)  # (B*C*h, w)
+    return out.view(B, C, h, w)
 
 
 def _gather_rows(table: Tensor, index: Tensor, weight: Tensor, B: int, C: int, n: int) -> Tensor:
@@ -131,18 +135,28 @@ def flip_matrix(flip_x: Tensor | None, flip_y: Tensor | None, n: int, device) ->
     return m
 
 
-def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor) -> Tensor:
+def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor | None = None) -> Tensor:
     """Bilinear warp of ``(B, C, H, W)`` float images by ``(B, 3, 3)`` output->input matrices in
     normalized coordinates; the output has the input's shape and dtype.
 
-    Area outside the source becomes ``fill`` (``(C,)``) exactly as torchvision's
-    ``_apply_grid_transform``: a ones-channel is warped with the image and
-    ``out = mask * (img - fill) + fill``.
+    Area outside the source becomes ``fill`` (``(C,)``, ``None`` for 0) by torchvision's rule
+    (``_apply_grid_transform``): ``out = mask * (img - fill) + fill``, ``mask`` being a ones image
+    warped the same way. That mask is computed here in closed form rather than sampled: per axis,
+    the bilinear weight that lands inside the image is ``clamp(min(u + 1, W - u), 0, 1)`` at
+    source pixel coordinate ``u``.
     """
     B, C, H, W = x.shape
-    mask = torch.ones(B, 1, H, W, dtype=x.dtype, device=x.device)
-    grid = F.affine_grid(matrix[:, :2].to(x.dtype), [B, C + 1, H, W], align_corners=False)
-    out = F.grid_sample(torch.cat([x, mask], 1), grid, mode="bilinear", padding_mode="zeros", align_corners=False)
-    img, mask = out[:, :C], out[:, C:]
+    m = matrix.to(x.dtype)
+    xs = torch.linspace(-1 + 1 / W, 1 - 1 / W, W, device=x.device, dtype=x.dtype)  # pixel centers
+    ys = torch.linspace(-1 + 1 / H, 1 - 1 / H, H, device=x.device, dtype=x.dtype)
+    gx = m[:, 0, 0].view(B, 1, 1) * xs + (m[:, 0, 1].view(B, 1) * ys + m[:, 0, 2].view(B, 1)).unsqueeze(-1)
+    gy = m[:, 1, 0].view(B, 1, 1) * xs + (m[:, 1, 1].view(B, 1) * ys + m[:, 1, 2].view(B, 1)).unsqueeze(-1)
+    out = F.grid_sample(x, torch.stack([gx, gy], -1), mode="bilinear", padding_mode="zeros", align_corners=False)
+    u = (gx + 1) * (W / 2) - 0.5
+    v = (gy + 1) * (H / 2) - 0.5
+    mask = torch.minimum(u + 1, W - u).clamp_(0, 1) * torch.minimum(v + 1, H - v).clamp_(0, 1)
+    mask = mask.unsqueeze(1)
+    if fill is None:
+        return out.mul_(mask)
     fill = fill.to(dtype=x.dtype, device=x.device).view(1, -1, 1, 1)
-    return (img - fill).mul_(mask).add_(fill)
+    return (out - fill).mul_(mask).add_(fill)

@@ -30,11 +30,11 @@ def _blend_one_of(x: Tensor, which: Tensor, factor: Tensor) -> Tensor:
     gray = rgb_to_grayscale(x)
     mean = gray.mean(dim=(-3, -2, -1), keepdim=True)
     is_contrast = (which == _CONTRAST).view(-1, 1, 1, 1).to(x.dtype)
-    is_saturation = (which == _SATURATION).view(-1, 1, 1, 1).to(x.dtype)
     if x.shape[1] == 1:  # saturation does nothing to one channel, as in torchvision
         factor = torch.where(which == _SATURATION, torch.ones_like(factor), factor)
     f = torch.where((which >= _BRIGHTNESS) & (which <= _SATURATION), factor, torch.ones_like(factor))
-    return blend(x, mean * is_contrast + gray * is_saturation, f)
+    reference = torch.where((which == _SATURATION).view(-1, 1, 1, 1), gray, mean * is_contrast)
+    return blend(x, reference, f)
 
 
 class ColorJitter(ColorOp):

@@ -1,0 +1,194 @@
+"""``gpuaug bench``: the same photos and the same ops through torchvision, kornia and gpuaug, side by side.
+
+Rows, per device and batch size:
+
+1. torchvision.transforms.v2 per sample: what a DataLoader worker does today, on one CPU thread
+   (so its img/s is per worker core); ragged ~500x375 uint8 photos, one at a time.
+2. kornia.augmentation.AugmentationSequential on the batch (eager; on CUDA also torch.compile).
+3. torchvision.transforms.v2 on the whole batch: fast, but ONE draw for the whole batch.
+4. gpuaug on the batch, and on the ragged list as a DataLoader with a list collate gives it.
+
+Batched rows get the photos resized once to a common 375x500 (kornia and torchvision cannot take a
+ragged list), uint8 and already on the device. Timings are medians over ``repeats`` after a
+warm-up; CPU rows run with one thread.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from datetime import date
+
+import torch
+import torch.nn.functional as F
+
+from .pipeline import Pipeline
+from .samples import sample_images
+from .transforms import IMAGENET_MEAN, IMAGENET_STD, ColorJitter, Normalize, RandomHorizontalFlip, RandomResizedCrop, RandomRotation
+
+SIZE = 224
+TORCHVISION_PER_SAMPLE = "torchvision v2, per sample (1 worker core)"
+KORNIA = "kornia AugmentationSequential"
+KORNIA_COMPILED = "kornia AugmentationSequential, torch.compile"
+TORCHVISION_BATCH = "torchvision v2 on the batch (one draw per batch)"
+GPUAUG = "gpuaug"
+GPUAUG_RAGGED = "gpuaug, ragged list input"
+
+
+def gpuaug_pipeline(device) -> Pipeline:
+    return Pipeline(RandomResizedCrop(SIZE), RandomHorizontalFlip(), RandomRotation(15),
+                    ColorJitter(0.4, 0.4, 0.4, 0.1), Normalize(IMAGENET_MEAN, IMAGENET_STD), device=device, seed=0)
+
+
+def torchvision_transform():
+    from torchvision.transforms import v2
+
+    # The CPU transform users write today (RandomRotation keeps torchvision's default, nearest).
+    return v2.Compose([v2.RandomResizedCrop(SIZE), v2.RandomHorizontalFlip(), v2.RandomRotation(15),
+                       v2.ColorJitter(0.4, 0.4, 0.4, 0.1), v2.ToDtype(torch.float32, scale=True),
+                       v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+
+
+def kornia_augment(device):
+    import kornia.augmentation as K
+
+    return K.AugmentationSequential(
+        K.RandomResizedCrop((SIZE, SIZE)), K.RandomHorizontalFlip(), K.RandomRotation(15.0),
+        K.ColorJitter(0.4, 0.4, 0.4, 0.1),
+        K.Normalize(torch.tensor(IMAGENET_MEAN), torch.tensor(IMAGENET_STD))).to(device)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _median_seconds(fn, device, repeats: int, warmup: int = 1) -> float:
+    for _ in range(warmup):
+        fn()
+    _sync(device)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _jobs(device: torch.device, batch: int, ragged: list[torch.Tensor], repeats: int):
+    """(method, callable) pairs for one device and batch size; inputs prepared outside the timing."""
+    uniform = torch.stack([
+        F.interpolate(img[None].float(), size=(375, 500), mode="bilinear", antialias=True)[0].round().clamp(0, 255)
+        for img in ragged]).to(torch.uint8).to(device)
+    on_device = [img.to(device) for img in ragged]
+    tv = torchvision_transform()
+    ours = gpuaug_pipeline(device)
+    kornia = kornia_augment(device)
+    jobs = []
+    if device.type == "cpu":
+        jobs.append((TORCHVISION_PER_SAMPLE, lambda: [tv(img) for img in ragged], 1))
+    jobs.append((KORNIA, lambda: kornia(uniform.float().div_(255)), 1))
+    if device.type == "cuda":
+        compiled = torch.compile(kornia)
+        jobs.append((KORNIA_COMPILED, lambda: compiled(uniform.float().div_(255)), 3))
+    jobs.append((TORCHVISION_BATCH, lambda: tv(uniform), 1))
+    jobs.append((GPUAUG, lambda: ours(uniform), 2))
+    jobs.append((GPUAUG_RAGGED, lambda: ours(on_device), 2))
+    return jobs
+
+
+def run(devices=None, batch_sizes=(64, 256), repeats: int = 5, progress: bool = True) -> list[dict]:
+    """Time every method on every device and batch size; returns one dict per row."""
+    from tqdm.auto import tqdm
+
+    if devices is None:
+        devices = (["cuda"] if torch.cuda.is_available() else []) + ["cpu"]
+    devices = [torch.device(d) for d in devices]
+    rows = []
+    plan = [(d, b) for d in devices for b in batch_sizes]
+    bar = tqdm(total=len(plan) * 6, desc="gpuaug bench", disable=not progress, unit="run")
+    threads = torch.get_num_threads()
+    try:
+        for device, batch in plan:
+            if device.type == "cpu":
+                torch.set_num_threads(1)  # per worker core, as a DataLoader worker runs
+            ragged = sample_images(batch)
+            for method, fn, warmup in _jobs(device, batch, ragged, repeats):
+                bar.set_postfix_str(f"{device.type} b={batch} {method[:28]}")
+                seconds = _median_seconds(fn, device, repeats, warmup)
+                rows.append({"device": _device_name(device), "batch": batch, "method": method,
+                             "images_per_s": batch / seconds, "ms_per_batch": seconds * 1000})
+                bar.update()
+            torch.set_num_threads(threads)
+    finally:
+        torch.set_num_threads(threads)
+        bar.close()
+    _add_ratios(rows)
+    return rows
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(device)})"
+    return f"cpu ({platform.processor() or platform.machine()}, 1 thread)"
+
+
+def _add_ratios(rows: list[dict]) -> None:
+    """gpuaug's speed-up over the per-sample torchvision worker (CPU, same batch) and kornia eager."""
+    def find(device, batch, method):
+        return next((r for r in rows if r["device"] == device and r["batch"] == batch and r["method"] == method), None)
+
+    for r in rows:
+        cpu_device = next((x["device"] for x in rows if x["device"].startswith("cpu")), None)
+        base = find(cpu_device, r["batch"], TORCHVISION_PER_SAMPLE)
+        kornia = find(r["device"], r["batch"], KORNIA)
+        r["x_torchvision_per_sample"] = r["images_per_s"] / base["images_per_s"] if base else None
+        r["x_kornia"] = r["images_per_s"] / kornia["images_per_s"] if kornia else None
+
+
+def format_table(rows: list[dict]) -> str:
+    head = f"{'device':<36} {'batch':>5}  {'method':<50} {'img/s':>10} {'ms/batch':>9} {'x tv/sample':>11} {'x kornia':>8}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        tv = f"{r['x_torchvision_per_sample']:.2f}" if r["x_torchvision_per_sample"] else "-"
+        ko = f"{r['x_kornia']:.2f}" if r["x_kornia"] else "-"
+        lines.append(f"{r['device'][:36]:<36} {r['batch']:>5}  {r['method']:<50} {r['images_per_s']:>10.1f} "
+                     f"{r['ms_per_batch']:>9.1f} {tv:>11} {ko:>8}")
+    lines.append("x tv/sample: images/s over torchvision v2 per sample on one CPU core (one worker); "
+                 "x kornia: over kornia eager on the same device.")
+    return "\n".join(lines)
+
+
+def save_json(rows: list[dict], path: str) -> None:
+    meta = {"date": date.today().isoformat(), "torch": torch.__version__, "platform": platform.platform()}
+    with open(path, "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=2)
+
+
+def save_plot(rows: list[dict], path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SystemExit("--plot needs matplotlib: pip install 'gpuaug[plot]'") from None
+    groups = sorted({(r["device"], r["batch"]) for r in rows}, key=lambda g: (g[0], g[1]))
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    fig, ax = plt.subplots(figsize=(max(8, 2.2 * len(groups)), 5))
+    width = 0.8 / len(methods)
+    for i, m in enumerate(methods):
+        values = [next((r["images_per_s"] for r in rows if (r["device"], r["batch"]) == g and r["method"] == m), 0)
+                  for g in groups]
+        ax.bar([j + i * width for j in range(len(groups))], values, width, label=m)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(groups))])
+    ax.set_xticklabels([f"{d.split(' (')[0]}\nbatch {b}" for d, b in groups])
+    ax.set_ylabel("images / s (log)")
+    ax.set_yscale("log")
+    ax.set_title("RandomResizedCrop + flip + rotation + ColorJitter + Normalize, 224x224")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
