@@ -178,7 +178,7 @@ def save_plot(rows: list[dict], path: str) -> None:
         raise SystemExit("--plot needs matplotlib: pip install 'gpuaug[plot]'") from None
     groups = sorted({(r["device"], r["batch"]) for r in rows}, key=lambda g: (g[0], g[1]))
     methods = list(dict.fromkeys(r["method"] for r in rows))
-    fig, ax = plt.subplots(figsize=(max(8, 2.2 * len(groups)), 5))
+    fig, ax = plt.subplots(figsize=(max(10, 2.5 * len(groups) + 4), 5))
     width = 0.8 / len(methods)
     for i, m in enumerate(methods):
         values = [next((r["images_per_s"] for r in rows if (r["device"], r["batch"]) == g and r["method"] == m), 0)
@@ -186,9 +186,8 @@ def save_plot(rows: list[dict], path: str) -> None:
         ax.bar([j + i * width for j in range(len(groups))], values, width, label=m)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(groups))])
     ax.set_xticklabels([f"{d.split(' (')[0]}\nbatch {b}" for d, b in groups])
-    ax.set_ylabel("images / s (log)")
-    ax.set_yscale("log")
+    ax.set_ylabel("images / s (higher is better)")
     ax.set_title("RandomResizedCrop + flip + rotation + ColorJitter + Normalize, 224x224")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=120)

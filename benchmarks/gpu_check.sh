@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The one device check, for a session that is lent a GPU (device tool, one call, under 5 minutes):
+#   CUDA tests + the GPU benchmark, everything written under $OUT.
+# Run from the repository root:  bash benchmarks/gpu_check.sh
+# The device image has torch, torchvision, scikit-image, tqdm and matplotlib but no kornia and no
+# network: carry kornia's wheels in wheels/ (pip download kornia kornia-rs --no-deps
+# --only-binary=:all: --python-version 3.12 -d wheels) and name wheels in the call's carry.
+set -u
+OUT=${OUT:-$PWD/bench_out}
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+PY=python3
+
+if ! $PY -c "import kornia" 2>/dev/null && ls wheels/*.whl >/dev/null 2>&1; then
+  $PY -m pip install -q --no-index --no-deps wheels/*.whl > "$OUT/wheels.log" 2>&1
+fi
+
+{
+  date -u +"date: %Y-%m-%d %H:%M UTC"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  $PY -c "import torch, torchvision; print('torch', torch.__version__, 'torchvision', torchvision.__version__)"
+  $PY -c "import kornia; print('kornia', kornia.__version__)" 2>/dev/null || echo "kornia: missing (kornia rows skipped)"
+} | tee "$OUT/device.txt"
+
+echo "== CUDA tests"
+timeout 150 $PY -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_reference.py 2>&1 \
+  | tee "$OUT/cuda_tests.txt" | tail -n 15
+
+echo "== GPU benchmark (cuda rows, and cpu rows for the per-sample torchvision reference)"
+timeout 240 $PY -m gpuaug bench --device cuda --device cpu --batch-sizes 64 256 --repeats 5 --no-progress \
+  --json "$OUT/bench_gpu.json" --plot "$OUT/bench_gpu.png" 2>&1 | tee "$OUT/bench_gpu.txt" | tail -n 16
