@@ -52,7 +52,11 @@ def torchvision_transform():
 
 
 def kornia_augment(device):
-    import kornia.augmentation as K
+    """kornia's equivalent pipeline, or None where kornia is not installed (its rows are skipped)."""
+    try:
+        import kornia.augmentation as K
+    except ImportError:
+        return None
 
     return K.AugmentationSequential(
         K.RandomResizedCrop((SIZE, SIZE)), K.RandomHorizontalFlip(), K.RandomRotation(15.0),
@@ -90,10 +94,11 @@ def _jobs(device: torch.device, batch: int, ragged: list[torch.Tensor], repeats:
     jobs = []
     if device.type == "cpu":
         jobs.append((TORCHVISION_PER_SAMPLE, lambda: [tv(img) for img in ragged], 1))
-    jobs.append((KORNIA, lambda: kornia(uniform.float().div_(255)), 1))
-    if device.type == "cuda":
-        compiled = torch.compile(kornia)
-        jobs.append((KORNIA_COMPILED, lambda: compiled(uniform.float().div_(255)), 3))
+    if kornia is not None:
+        jobs.append((KORNIA, lambda: kornia(uniform.float().div_(255)), 1))
+        if device.type == "cuda":
+            compiled = torch.compile(kornia)
+            jobs.append((KORNIA_COMPILED, lambda: compiled(uniform.float().div_(255)), 3))
     jobs.append((TORCHVISION_BATCH, lambda: tv(uniform), 1))
     jobs.append((GPUAUG, lambda: ours(uniform), 2))
     jobs.append((GPUAUG_RAGGED, lambda: ours(on_device), 2))
@@ -109,7 +114,9 @@ def run(devices=None, batch_sizes=(64, 256), repeats: int = 5, progress: bool = 
     devices = [torch.device(d) for d in devices]
     rows = []
     plan = [(d, b) for d in devices for b in batch_sizes]
-    bar = tqdm(total=len(plan) * 6, desc="gpuaug bench", disable=not progress, unit="run")
+    has_kornia = kornia_augment("cpu") is not None
+    per_plan = {"cpu": 4 + has_kornia, "cuda": 3 + 2 * has_kornia}
+    bar = tqdm(total=sum(per_plan.get(d.type, 5) for d, _ in plan), desc="gpuaug bench", disable=not progress, unit="run")
     threads = torch.get_num_threads()
     try:
         for device, batch in plan:
