@@ -4,6 +4,7 @@ DataLoader workers only decode; one :class:`Pipeline`, called on each batch in t
 crops, resizes, rotates, flips and color-jitters every sample with its own random parameters.
 """
 
+from .cpu import keep_freed_memory
 from .device import select_device
 from .pipeline import Pipeline
 from .samples import sample_images
@@ -24,7 +25,7 @@ from .transforms import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "Pipeline", "select_device", "sample_images",
+    "Pipeline", "select_device", "sample_images", "keep_freed_memory",
     "RandomResizedCrop", "Resize", "CenterCrop", "RandomRotation", "RandomHorizontalFlip", "RandomVerticalFlip",
     "RandomGrayscale", "ColorJitter", "Normalize", "IMAGENET_MEAN", "IMAGENET_STD",
 ]

@@ -10,7 +10,8 @@ Rows, per device and batch size:
 
 Batched rows get the photos resized once to a common 375x500 (kornia and torchvision cannot take a
 ragged list), uint8 and already on the device. Timings are medians over ``repeats`` after a
-warm-up; CPU rows run with one thread.
+warm-up; CPU rows run with one thread. The process keeps freed memory for all rows alike
+(:func:`gpuaug.keep_freed_memory`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from datetime import date
 import torch
 import torch.nn.functional as F
 
+from .cpu import keep_freed_memory
 from .pipeline import Pipeline
 from .samples import sample_images
 from .transforms import IMAGENET_MEAN, IMAGENET_STD, ColorJitter, Normalize, RandomHorizontalFlip, RandomResizedCrop, RandomRotation
@@ -109,6 +111,7 @@ def run(devices=None, batch_sizes=(64, 256), repeats: int = 5, progress: bool = 
     """Time every method on every device and batch size; returns one dict per row."""
     from tqdm.auto import tqdm
 
+    keep_freed_memory()  # for every row alike: page faults on fresh mmap pages otherwise dominate CPU rows
     if devices is None:
         devices = (["cuda"] if torch.cuda.is_available() else []) + ["cpu"]
     devices = [torch.device(d) for d in devices]

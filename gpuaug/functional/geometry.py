@@ -78,9 +78,9 @@ def axis_taps(
 def resample_separable(x: Tensor, rows: tuple[Tensor, Tensor], cols: tuple[Tensor, Tensor], dtype=None) -> Tensor:
     """Resample ``(B, C, H, W)`` images to ``(B, C, h, w)`` with per-sample row and column taps.
 
-    Columns first, then rows; each pass is one fused gather-and-sum (``embedding_bag``) for the
-    whole batch that reads only the taps. The source is converted to ``dtype`` and transposed in
-    the same copy, so the result comes out contiguous.
+    Rows first, then columns; each pass is one fused gather-and-sum (``embedding_bag``) for the
+    whole batch that reads only the taps. The result is a transposed view of a contiguous
+    ``(B, C, w, h)`` tensor (``warp_affine`` reads it as is; ``.contiguous()`` for other uses).
 
     Args:
         x: ``(B, C, H, W)`` uint8 or float images.
@@ -92,12 +92,11 @@ def resample_separable(x: Tensor, rows: tuple[Tensor, Tensor], cols: tuple[Tenso
     dtype = dtype or x.dtype
     (ri, rw), (ci, cw) = rows, cols
     h, w = ri.shape[1], ci.shape[1]
-    src = torch.empty(B, C, W, H, dtype=dtype, device=x.device)
-    src.copy_(x.transpose(2, 3))  # cast and transpose in one pass
-    t = _gather_rows(src.view(B * C * W, H), ci, cw.to(dtype), B, C, W)  # (B*C*w, H)
-    t = t.view(B, C, w, H).transpose(2, 3).contiguous()
-    out = _gather_rows(t.view(B * C * H, w), ri, rw.to(dtype), B, C, H)  # (B*C*h, w)
-    return out.view(B, C, h, w)
+    src = x.to(dtype).contiguous()
+    t = _gather_rows(src.view(B * C * H, W), ri, rw.to(dtype), B, C, H)  # (B*C*h, W)
+    t = t.view(B, C, h, W).transpose(2, 3).contiguous()  # (B, C, W, h): columns become rows
+    out = _gather_rows(t.view(B * C * W, h), ci, cw.to(dtype), B, C, W)  # (B*C*w, h)
+    return out.view(B, C, w, h).transpose(2, 3)
 
 
 def _gather_rows(table: Tensor, index: Tensor, weight: Tensor, B: int, C: int, n: int) -> Tensor:
@@ -137,24 +136,28 @@ def flip_matrix(flip_x: Tensor | None, flip_y: Tensor | None, n: int, device) ->
 
 def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor | None = None) -> Tensor:
     """Bilinear warp of ``(B, C, H, W)`` float images by ``(B, 3, 3)`` output->input matrices in
-    normalized coordinates; the output has the input's shape and dtype.
+    normalized coordinates; the output is contiguous, of the input's shape and dtype.
 
     Area outside the source becomes ``fill`` (``(C,)``, ``None`` for 0) by torchvision's rule
     (``_apply_grid_transform``): ``out = mask * (img - fill) + fill``, ``mask`` being a ones image
     warped the same way. That mask is computed here in closed form rather than sampled: per axis,
-    the bilinear weight that lands inside the image is ``clamp(min(u + 1, W - u), 0, 1)`` at
-    source pixel coordinate ``u``.
+    the bilinear weight that lands inside the image is ``clamp(0.5 + W / 2 * (1 - |g|), 0, 1)`` at
+    normalized coordinate ``g``. A transposed input (as :func:`resample_separable` returns) is read
+    in place by swapping the grid's axes.
     """
     B, C, H, W = x.shape
     m = matrix.to(x.dtype)
     xs = torch.linspace(-1 + 1 / W, 1 - 1 / W, W, device=x.device, dtype=x.dtype)  # pixel centers
     ys = torch.linspace(-1 + 1 / H, 1 - 1 / H, H, device=x.device, dtype=x.dtype)
-    gx = m[:, 0, 0].view(B, 1, 1) * xs + (m[:, 0, 1].view(B, 1) * ys + m[:, 0, 2].view(B, 1)).unsqueeze(-1)
-    gy = m[:, 1, 0].view(B, 1, 1) * xs + (m[:, 1, 1].view(B, 1) * ys + m[:, 1, 2].view(B, 1)).unsqueeze(-1)
-    out = F.grid_sample(x, torch.stack([gx, gy], -1), mode="bilinear", padding_mode="zeros", align_corners=False)
-    u = (gx + 1) * (W / 2) - 0.5
-    v = (gy + 1) * (H / 2) - 0.5
-    mask = torch.minimum(u + 1, W - u).clamp_(0, 1) * torch.minimum(v + 1, H - v).clamp_(0, 1)
+    transposed = x.stride(-2) == 1 and x.stride(-1) != 1
+    grid = torch.empty(B, H, W, 2, device=x.device, dtype=x.dtype)
+    gx, gy = (grid[..., 1], grid[..., 0]) if transposed else (grid[..., 0], grid[..., 1])
+    torch.add(m[:, 0, 0].view(B, 1, 1) * xs, (m[:, 0, 1].view(B, 1) * ys + m[:, 0, 2].view(B, 1)).unsqueeze(-1), out=gx)
+    torch.add(m[:, 1, 0].view(B, 1, 1) * xs, (m[:, 1, 1].view(B, 1) * ys + m[:, 1, 2].view(B, 1)).unsqueeze(-1), out=gy)
+    src = x.transpose(-1, -2) if transposed else x
+    out = F.grid_sample(src, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+    mask = gx.abs().mul_(-W / 2).add_(0.5 + W / 2).clamp_(0, 1)
+    mask *= gy.abs().mul_(-H / 2).add_(0.5 + H / 2).clamp_(0, 1)
     mask = mask.unsqueeze(1)
     if fill is None:
         return out.mul_(mask)
