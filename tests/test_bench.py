@@ -1,0 +1,48 @@
+"""`gpuaug bench`: the README's main command runs, prints its table last, writes JSON and a PNG."""
+
+import json
+
+import pytest
+
+import gpuaug as ga
+from gpuaug import bench
+from gpuaug.cli import main
+
+
+def test_bench_quick_writes_table_json_and_plot(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    out_json, out_png = tmp_path / "b.json", tmp_path / "b.png"
+    assert main(["bench", "--quick", "--device", "cpu", "--no-progress", "--json", str(out_json), "--plot", str(out_png)]) == 0
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert printed[-1].startswith("x tv/sample")  # the table is printed last
+    rows = json.loads(out_json.read_text())["rows"]
+    methods = {r["method"] for r in rows}
+    assert {bench.TORCHVISION_PER_SAMPLE, bench.TORCHVISION_BATCH, bench.GPUAUG, bench.GPUAUG_RAGGED} <= methods
+    assert all(r["images_per_s"] > 0 and r["batch"] == 16 for r in rows)
+    gpuaug_row = next(r for r in rows if r["method"] == bench.GPUAUG)
+    assert gpuaug_row["x_torchvision_per_sample"] > 0
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_rejects_bad_arguments():
+    with pytest.raises(SystemExit):
+        main(["bench", "--repeats", "0"])
+    with pytest.raises(SystemExit):
+        main(["frobnicate"])
+
+
+def test_sample_images_are_ragged_real_photos():
+    photos = ga.sample_images()
+    assert len(photos) == 6 and len({tuple(p.shape) for p in photos}) > 3
+    assert all(p.dtype.is_floating_point is False and p.shape[0] == 3 for p in photos)
+    assert [tuple(p.shape) for p in ga.sample_images(8)][6:] == [tuple(p.shape) for p in photos[:2]]
+    with pytest.raises(ValueError):
+        ga.sample_images(-1)
+
+
+def test_keep_freed_memory_changes_no_result(photos):
+    pipe = ga.Pipeline(ga.RandomResizedCrop(64), ga.ColorJitter(0.4, 0.4, 0.4, 0.1), device="cpu", seed=0)
+    before = pipe(photos)
+    assert isinstance(ga.keep_freed_memory(), bool)
+    pipe.manual_seed(0)
+    assert (pipe(photos) == before).all()
