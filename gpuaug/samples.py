@@ -5,7 +5,8 @@ from __future__ import annotations
 from importlib import resources
 
 import torch
-from torchvision.io import ImageReadMode, decode_jpeg, read_file
+
+from .data.decode import load_rgb
 
 NAMES = ("astronaut", "coffee", "chelsea", "rocket", "hubble_deep_field", "immunohistochemistry")
 
@@ -17,7 +18,7 @@ def sample_images(n: int | None = None) -> list[torch.Tensor]:
         n: how many; the photos repeat cyclically when ``n`` exceeds the six shipped. ``None``: six.
     """
     folder = resources.files("gpuaug") / "sample_images"
-    photos = [decode_jpeg(read_file(str(folder / f"{name}.jpg")), mode=ImageReadMode.RGB) for name in NAMES]
+    photos = [load_rgb(str(folder / f"{name}.jpg")) for name in NAMES]
     n = len(photos) if n is None else n
     if n < 0:
         raise ValueError(f"n should be >= 0, got {n}")

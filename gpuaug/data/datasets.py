@@ -1,0 +1,110 @@
+"""Decode-only datasets: a worker reads a file and decodes it to uint8 ``(3, H, W)``, nothing else.
+
+Workers never touch CUDA. A file that cannot be used does not raise in the worker: the item comes
+back as a :class:`BadFile`, and :class:`gpuaug.DeviceLoader` applies the ``on_error`` policy in the
+main process (``"raise"``: :class:`DecodeError` naming the path and the cause; ``"skip"``: the
+sample is dropped, the path warned once and counted).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.utils.data import Dataset
+
+from .decode import DecodeError, check_size, decode_rgb, is_jpeg, read_bytes
+
+IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".gif", ".avif", ".heic")
+_POLICIES = ("raise", "skip")
+_DECODERS = ("cpu", "gpu")
+
+
+@dataclass
+class BadFile:
+    """Stands in a batch for a file that could not be read or decoded."""
+
+    path: str
+    cause: str
+
+    def error(self) -> DecodeError:
+        return DecodeError(self.path, self.cause)
+
+
+@dataclass
+class Encoded:
+    """A JPEG's bytes (uint8 1-D), to be decoded on the device by the loader (``decode="gpu"``)."""
+
+    path: str
+    data: torch.Tensor
+
+
+class ImageFiles(Dataset):
+    """Images from a list of paths, decoded to uint8 ``(3, H, W)``, with optional labels.
+
+    Args:
+        paths: image files.
+        labels: one int per path, or None (labels are then -1).
+        decode: ``"cpu"`` decodes in the worker; ``"gpu"`` returns JPEG bytes for the loader to decode
+            on the device (other formats are still decoded in the worker).
+        on_error: ``"raise"`` or ``"skip"``, applied by :class:`gpuaug.DeviceLoader`.
+
+    Items: ``(image, label)``, image a uint8 ``(3, H, W)`` tensor, an :class:`Encoded` or a :class:`BadFile`.
+    """
+
+    def __init__(self, paths, labels=None, decode: str = "cpu", on_error: str = "raise"):
+        if decode not in _DECODERS:
+            raise ValueError(f"decode should be one of {_DECODERS}, got {decode!r}")
+        if on_error not in _POLICIES:
+            raise ValueError(f"on_error should be one of {_POLICIES}, got {on_error!r}")
+        self.paths = [str(p) for p in paths]
+        if labels is not None and len(labels) != len(self.paths):
+            raise ValueError(f"labels should have one entry per path: {len(labels)} labels for {len(self.paths)} paths")
+        self.labels = list(labels) if labels is not None else [-1] * len(self.paths)
+        self.decode, self.on_error = decode, on_error
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int):
+        path = self.paths[index]
+        try:
+            data = read_bytes(path)
+            if self.decode == "gpu" and is_jpeg(data):
+                check_size(path, data)
+                item = Encoded(path, data)
+            else:
+                item = decode_rgb(path, data)
+        except DecodeError as e:
+            item = BadFile(e.path, e.cause)
+        return item, self.labels[index]
+
+
+class ImageFolder(ImageFiles):
+    """torchvision's class-folder layout (``root/<class>/<image>``), decode-only.
+
+    ``classes`` (sorted folder names) and ``class_to_idx`` are torchvision's; files are taken by
+    extension (``IMG_EXTENSIONS``), in sorted order. Args as :class:`ImageFiles`.
+    """
+
+    def __init__(self, root, decode: str = "cpu", on_error: str = "raise", extensions=IMG_EXTENSIONS):
+        root = Path(root)
+        if not root.is_dir():
+            raise FileNotFoundError(f"ImageFolder root {str(root)!r} is not a directory")
+        self.root = root
+        self.classes = sorted(e.name for e in os.scandir(root) if e.is_dir())
+        if not self.classes:
+            raise FileNotFoundError(f"no class folders found in {str(root)!r}")
+        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+        samples = []
+        for c in self.classes:
+            for dirpath, _, files in sorted(os.walk(root / c, followlinks=True)):
+                samples += [(os.path.join(dirpath, f), self.class_to_idx[c])
+                            for f in sorted(files) if f.lower().endswith(tuple(extensions))]
+        if not samples:
+            raise FileNotFoundError(f"no image files with extensions {tuple(extensions)} found in {str(root)!r}")
+        self.samples = samples
+        super().__init__([p for p, _ in samples], [y for _, y in samples], decode=decode, on_error=on_error)
+        self.targets = self.labels

@@ -1,0 +1,191 @@
+"""``DeviceLoader``: batches from a DataLoader to the device, decoded and augmented, ready to train on."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections import deque
+from dataclasses import dataclass, field
+
+import torch
+from torchvision.io import ImageReadMode, decode_jpeg
+
+from ..device import select_device
+from .collate import Batch
+from .datasets import BadFile, Encoded
+from .decode import DecodeError, decode_rgb, quiet_torchvision_io
+
+
+@dataclass
+class LoaderStats:
+    """Counters of one :class:`DeviceLoader`, over all its epochs so far."""
+
+    batches: int = 0
+    images: int = 0
+    skipped: int = 0
+    data_wait_s: float = 0.0  # time the training loop waited on the DataLoader
+    elapsed_s: float = 0.0
+    skipped_paths: list = field(default_factory=list)
+
+    @property
+    def wait_per_batch_ms(self) -> float:
+        return 1000 * self.data_wait_s / max(self.batches, 1)
+
+    @property
+    def images_per_s(self) -> float:
+        return self.images / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def __str__(self) -> str:
+        return (f"{self.batches} batches, {self.images} images, {self.images_per_s:.1f} img/s, "
+                f"data wait {self.wait_per_batch_ms:.2f} ms/batch, {self.skipped} files skipped")
+
+
+class DeviceLoader:
+    """Wrap a DataLoader: each batch is moved to the device (non-blocking), JPEG bytes are decoded
+    there (``decode="gpu"``), the pipeline is applied, and ``(images, labels)`` come out ready.
+
+    On CUDA the copy, decode and augmentation of the next ``prefetch`` batches run on a side stream
+    while the current batch trains; on the CPU it is plain and synchronous.
+
+    Args:
+        loader: a DataLoader (or any iterable) yielding :class:`gpuaug.data.Batch` (from
+            :func:`gpuaug.data.collate`) or ``(images, labels)``.
+        pipeline: a :class:`gpuaug.Pipeline`, or None to yield the uint8 images as they are.
+        device: where to put the batches; default: the pipeline's device, else :func:`gpuaug.select_device`.
+        prefetch: batches prepared ahead on CUDA (>= 1).
+        on_error: ``"raise"`` or ``"skip"`` for unreadable files; default: the dataset's ``on_error``.
+    """
+
+    def __init__(self, loader, pipeline=None, device=None, prefetch: int = 2, on_error: str | None = None):
+        if not isinstance(prefetch, int) or prefetch < 1:
+            raise ValueError(f"prefetch should be an int >= 1, got {prefetch!r}")
+        self.loader, self.pipeline, self.prefetch = loader, pipeline, prefetch
+        if device is None and pipeline is not None:
+            self.device = pipeline.device
+        else:
+            self.device = select_device(device)
+        self.on_error = on_error or getattr(getattr(loader, "dataset", None), "on_error", "raise")
+        if self.on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error should be 'raise' or 'skip', got {self.on_error!r}")
+        self.stats = LoaderStats()
+        self._warned: set[str] = set()
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self):
+        start = time.perf_counter()
+        try:
+            if self.device.type == "cuda":
+                yield from self._iter_cuda()
+            else:
+                for batch in self._timed(iter(self.loader)):
+                    ready = self._prepare(batch)
+                    if ready is not None:
+                        yield ready
+        finally:
+            self.stats.elapsed_s += time.perf_counter() - start
+
+    def _timed(self, it):
+        while True:
+            t = time.perf_counter()
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            self.stats.data_wait_s += time.perf_counter() - t
+            yield batch
+
+    def _iter_cuda(self):
+        stream = torch.cuda.Stream(self.device)
+        pending = deque()
+        batches = self._timed(iter(self.loader))
+
+        def submit() -> bool:
+            batch = next(batches, None)
+            if batch is None:
+                return False
+            with torch.cuda.stream(stream):
+                ready = self._prepare(batch)
+                event = torch.cuda.Event()
+                event.record(stream)
+            pending.append((ready, event))
+            return True
+
+        while len(pending) < self.prefetch and submit():
+            pass
+        while pending:
+            ready, event = pending.popleft()
+            main = torch.cuda.current_stream(self.device)
+            main.wait_event(event)
+            submit()
+            if ready is not None:
+                for t in ready:
+                    t.record_stream(main)  # the side stream must not reuse this memory early
+                yield ready
+
+    def _bad(self, bad: BadFile) -> None:
+        if self.on_error == "raise":
+            raise bad.error()
+        self.stats.skipped += 1
+        self.stats.skipped_paths.append(bad.path)
+        if bad.path not in self._warned:
+            self._warned.add(bad.path)
+            warnings.warn(f"gpuaug: skipping {bad.path}: {bad.cause}", RuntimeWarning, stacklevel=3)
+
+    def _prepare(self, batch):
+        if isinstance(batch, Batch):
+            images, labels, bad = batch
+        else:
+            images, labels = batch
+            bad = []
+        for b in bad:
+            self._bad(b)
+        images, keep = self._to_device(images)
+        if keep is not None:
+            labels = labels[torch.tensor(keep, dtype=torch.long)] if len(keep) != len(labels) else labels
+        if len(labels) == 0:
+            return None  # every file of this batch was bad: nothing to train on
+        labels = labels.to(self.device, non_blocking=True)
+        if self.pipeline is not None:
+            images = self.pipeline(images)
+        self.stats.batches += 1
+        self.stats.images += len(labels)
+        return images, labels
+
+    def _to_device(self, images):
+        """Move (and decode) images; returns them and the kept indices (None if all kept)."""
+        if isinstance(images, torch.Tensor):
+            return images.to(self.device, non_blocking=True), None
+        out, keep = [], []
+        encoded = [(i, x) for i, x in enumerate(images) if isinstance(x, Encoded)]
+        decoded = dict(self._decode(encoded)) if encoded else {}
+        for i, x in enumerate(images):
+            img = decoded.get(i) if isinstance(x, Encoded) else x.to(self.device, non_blocking=True)
+            if img is not None:
+                out.append(img)
+                keep.append(i)
+        if len(keep) == len(images):
+            keep = None
+        if out and len({tuple(t.shape) for t in out}) == 1:
+            return torch.stack(out), keep
+        return out, keep
+
+    def _decode(self, encoded):
+        """Decode JPEG bytes on the device, all at once; a file that fails alone is a bad file."""
+        datas = [e.data for _, e in encoded]
+        try:
+            if self.device.type == "cuda":
+                with quiet_torchvision_io():
+                    images = decode_jpeg(datas, mode=ImageReadMode.RGB, device=self.device,
+                                         apply_exif_orientation=True)
+                return [(i, img) for (i, _), img in zip(encoded, images)]
+        except RuntimeError:
+            pass  # some file is broken: find it below, one by one on the CPU
+        results = []
+        for i, e in encoded:
+            try:
+                results.append((i, decode_rgb(e.path, e.data).to(self.device, non_blocking=True)))
+            except DecodeError as err:
+                self._bad(BadFile(err.path, err.cause))
+        return results

@@ -1,0 +1,196 @@
+"""Decode-only datasets, bad files under both policies, collate and DeviceLoader, on real files."""
+
+import multiprocessing
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image, ImageOps
+from torch.utils.data import DataLoader
+
+import gpuaug as ga
+from gpuaug.data import Batch, BadFile, Encoded, ImageFiles, ImageFolder, collate
+
+
+def _rgb(photo: torch.Tensor) -> np.ndarray:
+    return photo.permute(1, 2, 0).numpy()
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory, photos):
+    """root/<class>/<file> with real photos encoded in each format the datasets must handle."""
+    root = tmp_path_factory.mktemp("images")
+    (root / "cat").mkdir()
+    (root / "space").mkdir()
+    astro, coffee, chelsea, rocket = (_rgb(p) for p in photos)
+    Image.fromarray(chelsea).save(root / "cat" / "rgb.jpg", quality=92)
+    Image.fromarray(chelsea).convert("L").save(root / "cat" / "gray.png")
+    Image.fromarray(chelsea).convert("P").save(root / "cat" / "palette.png")
+    Image.fromarray(coffee).convert("RGBA").save(root / "cat" / "rgba.png")
+    Image.fromarray(astro).convert("CMYK").save(root / "space" / "cmyk.jpg", quality=95)
+    Image.fromarray((astro[..., 0].astype(np.uint16) * 257)).save(root / "space" / "gray16.png")
+    exif = Image.Exif()
+    exif[0x0112] = 6  # orientation: rotate 90 degrees clockwise to display
+    Image.fromarray(rocket).save(root / "space" / "exif_rotated.jpg", exif=exif, quality=92)
+    (root / "space" / "notes.txt").write_text("not an image")
+    return root
+
+
+def test_image_folder_layout_matches_torchvision(folder):
+    from torchvision.datasets import ImageFolder as TorchvisionImageFolder
+
+    ours = ImageFolder(folder)
+    ref = TorchvisionImageFolder(str(folder))
+    assert ours.classes == ref.classes == ["cat", "space"]
+    assert ours.class_to_idx == ref.class_to_idx
+    assert [(p, y) for p, y in ours.samples] == [(p, y) for p, y in ref.samples]
+
+
+def test_every_format_arrives_as_rgb_uint8_matching_pil(folder):
+    ds = ImageFolder(folder)
+    for (path, _), i in zip(ds.samples, range(len(ds))):
+        img, label = ds[i]
+        assert img.dtype == torch.uint8 and img.dim() == 3 and img.shape[0] == 3, path
+        with Image.open(path) as im:
+            if "gray16" in path:  # 16-bit: scaled to 8 bits (>> 8), not truncated to the low byte
+                expected = np.repeat((np.asarray(im, dtype=np.uint16) >> 8).astype(np.uint8)[..., None], 3, -1)
+            else:
+                expected = np.asarray(ImageOps.exif_transpose(im).convert("RGB"))
+        tol = 4 if "cmyk" in path else 1  # libjpeg and PIL convert CMYK slightly differently
+        assert img.permute(1, 2, 0).shape == expected.shape, path
+        assert np.abs(img.permute(1, 2, 0).numpy().astype(int) - expected.astype(int)).mean() < tol, path
+
+
+def test_exif_rotated_photo_arrives_upright(folder, photos):
+    img, _ = ImageFiles([folder / "space" / "exif_rotated.jpg"])[0]
+    stored_h, stored_w = photos[3].shape[-2:]
+    assert tuple(img.shape[-2:]) == (stored_w, stored_h)
+
+
+def _bad_files(tmp_path, photos):
+    good = tmp_path / "good.jpg"
+    Image.fromarray(_rgb(photos[2])).save(good, quality=90)
+    data = good.read_bytes()
+    (tmp_path / "truncated.jpg").write_bytes(data[: len(data) // 3])
+    (tmp_path / "empty.jpg").write_bytes(b"")
+    (tmp_path / "text.jpg").write_text("this is not a JPEG\n")
+    (tmp_path / "directory.jpg").mkdir()
+    sof = data.index(b"\xff\xc0")  # baseline frame header: height and width follow the precision byte
+    huge = data[: sof + 5] + (60000).to_bytes(2, "big") + (60000).to_bytes(2, "big") + data[sof + 9 :]
+    (tmp_path / "huge.jpg").write_bytes(huge)
+    return good, {
+        "truncated.jpg": "decode", "empty.jpg": "empty", "text.jpg": "decode", "directory.jpg": "read",
+        "missing.jpg": "read", "huge.jpg": "absurd dimensions",
+    }
+
+
+@pytest.mark.parametrize("kind", ["truncated.jpg", "empty.jpg", "text.jpg", "directory.jpg", "missing.jpg", "huge.jpg"])
+def test_bad_file_raises_decode_error_naming_path_and_cause(tmp_path, photos, kind):
+    good, causes = _bad_files(tmp_path, photos)
+    ds = ImageFiles([good, tmp_path / kind], labels=[0, 1], on_error="raise")
+    item, _ = ds[1]
+    assert isinstance(item, BadFile)  # the worker does not raise...
+    loader = ga.DeviceLoader(DataLoader(ds, batch_size=2, collate_fn=collate), device="cpu")
+    with pytest.raises(ga.DecodeError) as info:  # ...the main process does, with path and cause
+        list(loader)
+    assert info.value.path == str(tmp_path / kind)
+    assert causes[kind] in str(info.value) and str(tmp_path / kind) in str(info.value)
+
+
+@pytest.mark.parametrize("kind", ["truncated.jpg", "empty.jpg", "text.jpg", "directory.jpg", "missing.jpg", "huge.jpg"])
+def test_bad_file_skipped_warned_once_and_counted(tmp_path, photos, kind):
+    good, _ = _bad_files(tmp_path, photos)
+    ds = ImageFiles([good, tmp_path / kind, good], labels=[0, 1, 2], on_error="skip")
+    pipe = ga.Pipeline(ga.RandomResizedCrop(32), device="cpu", seed=0)
+    loader = ga.DeviceLoader(DataLoader(ds, batch_size=3, collate_fn=collate), pipe)
+    with pytest.warns(RuntimeWarning, match=kind):
+        (images, labels), = list(loader)
+    assert images.shape == (2, 3, 32, 32) and labels.tolist() == [0, 2]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # warned once per path: the second epoch is silent
+        assert len(list(loader)) == 1
+    assert loader.stats.skipped == 2 and loader.stats.skipped_paths == [str(tmp_path / kind)] * 2
+
+
+def test_batch_of_only_bad_files_yields_nothing(tmp_path, photos):
+    _, causes = _bad_files(tmp_path, photos)
+    ds = ImageFiles([tmp_path / k for k in causes], on_error="skip")
+    loader = ga.DeviceLoader(DataLoader(ds, batch_size=3, collate_fn=collate), device="cpu")
+    with pytest.warns(RuntimeWarning):
+        assert list(loader) == []
+    assert loader.stats.skipped == len(causes) and len(loader) == 2
+
+
+def test_collate_stacks_equal_sizes_and_lists_ragged(photos):
+    same = collate([(photos[0], 1), (photos[0], 2)])
+    assert isinstance(same, Batch) and same.images.shape == (2, 3, 512, 512) and same.labels.tolist() == [1, 2]
+    ragged = collate([(photos[0], 1), (BadFile("x.jpg", "broken"), 5), (photos[1], 2)])
+    assert isinstance(ragged.images, list) and [tuple(i.shape) for i in ragged.images] == [(3, 512, 512), (3, 400, 600)]
+    assert ragged.labels.tolist() == [1, 2] and ragged.bad == [BadFile("x.jpg", "broken")]
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_dataloader_with_two_workers(folder, method):
+    if method not in multiprocessing.get_all_start_methods():
+        pytest.skip(f"{method} not available here")
+    ds = ImageFolder(folder)
+    dl = DataLoader(ds, batch_size=3, num_workers=2, collate_fn=collate,
+                    multiprocessing_context=multiprocessing.get_context(method))
+    pipe = ga.Pipeline(ga.RandomResizedCrop(48), ga.ColorJitter(0.2, 0.2, 0.2, 0.05), device="cpu", seed=0)
+    loader = ga.DeviceLoader(dl, pipe)
+    out = list(loader)
+    assert sum(len(y) for _, y in out) == len(ds)
+    assert all(x.shape[1:] == (3, 48, 48) and x.dtype == torch.float32 for x, _ in out)
+    assert loader.stats.batches == len(loader) and loader.stats.images == len(ds)
+    assert loader.stats.images_per_s > 0 and loader.stats.wait_per_batch_ms >= 0
+
+
+def test_gpu_decode_falls_back_to_cpu_without_cuda(folder):
+    cpu = ImageFolder(folder, decode="cpu")
+    gpu = ImageFolder(folder, decode="gpu")
+    kinds = [type(gpu[i][0]) for i in range(len(gpu))]
+    assert Encoded in kinds and torch.Tensor in kinds  # JPEGs stay encoded, PNGs are decoded in the worker
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    a = list(ga.DeviceLoader(DataLoader(cpu, batch_size=8, collate_fn=collate), device=device))
+    b = list(ga.DeviceLoader(DataLoader(gpu, batch_size=8, collate_fn=collate), device=device))
+    for x, y in zip(a[0][0], b[0][0]):
+        assert x.shape == y.shape
+        assert (x.float() - y.float()).abs().mean() < 3  # nvJPEG may round differently from libjpeg
+
+
+def test_gpu_decode_of_a_corrupt_jpeg_names_the_path(tmp_path, photos):
+    good, _ = _bad_files(tmp_path, photos)
+    data = good.read_bytes()
+    (tmp_path / "garbled.jpg").write_bytes(data[:600] + bytes(len(data) - 600))
+    ds = ImageFiles([good, tmp_path / "garbled.jpg"], decode="gpu", on_error="raise")
+    assert isinstance(ds[1][0], Encoded)
+    loader = ga.DeviceLoader(DataLoader(ds, batch_size=2, collate_fn=collate), device="cpu")
+    try:
+        batches = list(loader)
+    except ga.DecodeError as e:
+        assert e.path == str(tmp_path / "garbled.jpg")
+    else:  # libjpeg may decode zeroed scans as gray without error; then both images arrive
+        assert sum(len(y) for _, y in batches) == 2
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="on_error"):
+        ImageFiles([], on_error="ignore")
+    with pytest.raises(ValueError, match="decode"):
+        ImageFiles([], decode="tpu")
+    with pytest.raises(ValueError, match="labels"):
+        ImageFiles(["a.jpg"], labels=[1, 2])
+    with pytest.raises(FileNotFoundError):
+        ImageFolder("/nonexistent/folder")
+    with pytest.raises(ValueError, match="prefetch"):
+        ga.DeviceLoader([], device="cpu", prefetch=0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_device_loader_on_cuda_overlaps_and_matches_cpu(folder):
+    ds = ImageFolder(folder, decode="gpu")
+    pipe = ga.Pipeline(ga.RandomResizedCrop(64), device="cuda", seed=0)
+    out = list(ga.DeviceLoader(DataLoader(ds, batch_size=4, collate_fn=collate, pin_memory=True), pipe, prefetch=2))
+    assert sum(len(y) for _, y in out) == len(ds)
+    assert all(x.device.type == "cuda" and y.device.type == "cuda" for x, y in out)
