@@ -17,6 +17,10 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--json", metavar="PATH", help="write the rows as JSON")
     bench.add_argument("--plot", metavar="PATH", help="write a PNG bar chart (needs matplotlib)")
     bench.add_argument("--no-progress", action="store_true")
+    pack = sub.add_parser("pack", help="pack frame folders SRC/<class>/<video>/*.jpg into DST/<class>/<video>.pack")
+    pack.add_argument("src")
+    pack.add_argument("dst")
+    pack.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
 
     if args.command == "bench":
@@ -31,6 +35,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.plot:
             b.save_plot(rows, args.plot)
         print(b.format_table(rows))
+    elif args.command == "pack":
+        from .data.clips import pack_folder
+
+        try:
+            count = pack_folder(args.src, args.dst, progress=not args.no_progress)
+        except (FileNotFoundError, ValueError) as e:
+            print(f"gpuaug pack: {e}", file=sys.stderr)
+            return 2
+        print(f"packed {count} videos into {args.dst}")
     return 0
 
 

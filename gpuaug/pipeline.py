@@ -38,7 +38,8 @@ class Pipeline(nn.Module):
 
     Shape:
         - input: uint8 or float ``(B, C, H, W)``, C in {1, 3}; a list of ``(C, H, W)`` tensors of
-          different sizes; or clips ``(B, T, C, H, W)``, one draw per clip shared by its frames.
+          different sizes; or clips ``(B, T, C, H, W)`` (or a list of ``(T, C, H, W)``), one draw per
+          clip shared by its frames.
         - output: ``(B, C, h, w)`` (``(B, T, C, h, w)`` for clips) in ``dtype``: normalized if the
           pipeline ends with ``Normalize``, else in [0, 1].
 
@@ -219,6 +220,12 @@ class Pipeline(nn.Module):
         if isinstance(images, (list, tuple)):
             if len(images) == 0:
                 raise ValueError("expected a non-empty batch of images, got an empty list")
+            if all(isinstance(t, Tensor) and t.dim() == 4 for t in images):  # clips of different sizes
+                if len({t.shape[0] for t in images}) != 1 or images[0].shape[0] == 0:
+                    raise ValueError(f"clips in a list need one (non-zero) frame count, got {[t.shape[0] for t in images]}")
+                frames = [f for clip in images for f in clip.unbind(0)]
+                items, sizes, _, _ = self._inspect(frames)
+                return items, sizes, images[0].shape[0], True
             for i, t in enumerate(images):
                 if not isinstance(t, Tensor):
                     raise TypeError(f"expected a list of (C, H, W) tensors, item {i} is {type(t).__name__}")

@@ -77,6 +77,16 @@ def test_clips_share_a_draw_across_frames_and_differ_across_clips(small_photos):
     assert not torch.allclose(out[0], out[1], atol=0.05)
 
 
+def test_a_list_of_clips_of_different_sizes(small_photos, photos):
+    small = torch.stack(small_photos[:3])  # (3, 3, 96, 128)
+    big = torch.stack([to_float(p[:, :300, :400]) for p in photos[:3]])  # (3, 3, 300, 400)
+    pipe = ga.Pipeline(ga.RandomResizedCrop(64), ga.RandomRotation(20), device="cpu", seed=8)
+    out, params = pipe([small, big], return_params=True)
+    assert out.shape == (2, 3, 3, 64, 64) and all(v.shape[0] == 2 for p in params for v in p.values())
+    alone = pipe(big[None], params=[{k: v[1:] for k, v in p.items()} for p in params])
+    assert torch.allclose(out[1], alone[0], atol=1e-5)
+
+
 def test_uint8_and_float_input_agree(photos):
     pipe = ga.Pipeline(*FULL(), device="cpu", seed=4)
     out, params = pipe(photos, return_params=True)

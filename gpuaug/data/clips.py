@@ -1,0 +1,179 @@
+"""Video clips, decode-only: a folder of JPEG frames per video, or one packed file per video.
+
+Layout (UCF101 frames): ``root/<class>/<video>/<frame>.jpg`` for :class:`FrameFolder`, and
+``root/<class>/<video>.pack`` for :class:`PackedClips` (written by :func:`pack_frames` /
+``gpuaug pack SRC DST``). A clip is ``frames`` frames spread evenly over the video, uint8
+``(T, 3, H, W)``; a :class:`gpuaug.Pipeline` then gives the whole clip one draw.
+
+The pack format puts all of a video's JPEG bytes in ONE file behind an offset index, so reading a
+clip is one open and one sequential read instead of T small-file reads. Each read opens its own
+file handle, so any number of DataLoader workers can read at once (unlike one shared HDF5 file).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import torch
+from torch.utils.data import Dataset
+
+from .datasets import BadFile
+from .decode import DecodeError, decode_rgb, read_bytes
+
+PACK_MAGIC = b"GPUAUGPK"
+PACK_VERSION = 1
+_HEADER = struct.Struct("<8sII")  # magic, version, frame count
+_FRAME_EXTENSIONS = (".jpg", ".jpeg")
+
+
+def frame_indices(n_frames: int, frames: int) -> list[int]:
+    """``frames`` indices spread evenly over ``n_frames`` (repeating frames of a short video)."""
+    if n_frames <= 0:
+        raise ValueError(f"a video needs at least one frame, got {n_frames}")
+    if frames == 1:
+        return [n_frames // 2]
+    return [round(i * (n_frames - 1) / (frames - 1)) for i in range(frames)]
+
+
+def _videos(root: Path, is_video) -> tuple[list[str], list[tuple[str, int]]]:
+    if not root.is_dir():
+        raise FileNotFoundError(f"clip root {str(root)!r} is not a directory")
+    classes = sorted(e.name for e in os.scandir(root) if e.is_dir())
+    videos = [(str(p), i) for i, c in enumerate(classes) for p in sorted((root / c).iterdir()) if is_video(p)]
+    if not videos:
+        raise FileNotFoundError(f"no videos found under {str(root)!r} (expected root/<class>/<video>)")
+    return classes, videos
+
+
+def _check_frames(frames) -> int:
+    if not isinstance(frames, int) or frames < 1:
+        raise ValueError(f"frames should be an int >= 1, got {frames!r}")
+    return frames
+
+
+def _stack_frames(path: str, images: list[torch.Tensor]) -> torch.Tensor:
+    if len({tuple(t.shape) for t in images}) != 1:
+        raise DecodeError(path, f"frames of different sizes {sorted({tuple(t.shape) for t in images})}")
+    return torch.stack(images)
+
+
+class FrameFolder(Dataset):
+    """Clips from ``root/<class>/<video>/<frame>.jpg``: items ``(uint8 (T, 3, H, W), label)``,
+    or a :class:`BadFile` for a clip with an unreadable frame."""
+
+    def __init__(self, root, frames: int = 8):
+        self.root, self.frames = Path(root), _check_frames(frames)
+        self.classes, self.videos = _videos(self.root, lambda p: p.is_dir())
+        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+
+    def __len__(self) -> int:
+        return len(self.videos)
+
+    def frame_paths(self, index: int) -> list[str]:
+        video = self.videos[index][0]
+        return sorted(os.path.join(video, f) for f in os.listdir(video) if f.lower().endswith(_FRAME_EXTENSIONS))
+
+    def __getitem__(self, index: int):
+        video, label = self.videos[index]
+        try:
+            paths = self.frame_paths(index)
+            if not paths:
+                raise DecodeError(video, "no JPEG frames in this video folder")
+            chosen = [paths[i] for i in frame_indices(len(paths), self.frames)]
+            return _stack_frames(video, [decode_rgb(p, read_bytes(p)) for p in chosen]), label
+        except DecodeError as e:
+            return BadFile(e.path, e.cause), label
+
+
+def pack_frames(frame_paths, dst) -> int:
+    """Write the JPEG bytes of ``frame_paths`` (in order) to one pack file ``dst``; returns its size."""
+    blobs = [read_bytes(p).numpy().tobytes() for p in frame_paths]
+    if not blobs:
+        raise ValueError(f"no frames to pack into {dst}")
+    offsets, pos = [], _HEADER.size + 8 * (len(blobs) + 1)
+    for b in blobs:
+        offsets.append(pos)
+        pos += len(b)
+    offsets.append(pos)
+    Path(dst).parent.mkdir(parents=True, exist_ok=True)
+    tmp = f"{dst}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(_HEADER.pack(PACK_MAGIC, PACK_VERSION, len(blobs)))
+        f.write(struct.pack(f"<{len(offsets)}Q", *offsets))
+        for b in blobs:
+            f.write(b)
+    os.replace(tmp, dst)  # never leave a half-written pack under the final name
+    return pos
+
+
+def pack_folder(src, dst, progress: bool = True) -> int:
+    """Pack every ``src/<class>/<video>/`` frame folder into ``dst/<class>/<video>.pack``; returns the count."""
+    from tqdm.auto import tqdm
+
+    src_ds = FrameFolder(src, frames=1)
+    for i in tqdm(range(len(src_ds)), desc="gpuaug pack", disable=not progress, unit="video"):
+        video = Path(src_ds.videos[i][0])
+        paths = src_ds.frame_paths(i)
+        if not paths:
+            raise DecodeError(str(video), "no JPEG frames in this video folder")
+        pack_frames(paths, Path(dst) / video.parent.name / f"{video.name}.pack")
+    return len(src_ds)
+
+
+def read_pack(path: str, indices: list[int]) -> list[torch.Tensor]:
+    """The encoded bytes of frames ``indices`` of a pack file, in one sequential read of their span."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(_HEADER.size)
+        if len(head) < _HEADER.size:
+            raise DecodeError(path, f"truncated pack file ({size} bytes, no header)")
+        magic, version, n = _HEADER.unpack(head)
+        if magic != PACK_MAGIC or version != PACK_VERSION:
+            raise DecodeError(path, f"not a gpuaug pack file (magic {magic!r}, version {version})")
+        table = f.read(8 * (n + 1))
+        if len(table) < 8 * (n + 1) or n == 0:
+            raise DecodeError(path, f"truncated pack index ({n} frames announced)")
+        offsets = struct.unpack(f"<{n + 1}Q", table)
+        if any(b < a for a, b in zip(offsets, offsets[1:])) or offsets[-1] != size:
+            raise DecodeError(path, f"corrupt pack index or truncated file (index ends at {offsets[-1]}, file has {size} bytes)")
+        wanted = [min(i, n - 1) for i in indices]
+        lo, hi = offsets[min(wanted)], offsets[max(wanted) + 1]
+        f.seek(lo)
+        span = f.read(hi - lo)
+    data = torch.frombuffer(bytearray(span), dtype=torch.uint8)
+    return [data[offsets[i] - lo : offsets[i + 1] - lo] for i in wanted]
+
+
+def pack_length(path: str) -> int:
+    """Number of frames in a pack file."""
+    with open(path, "rb") as f:
+        head = f.read(_HEADER.size)
+    if len(head) < _HEADER.size or head[:8] != PACK_MAGIC:
+        raise DecodeError(path, "not a gpuaug pack file")
+    return _HEADER.unpack(head)[2]
+
+
+class PackedClips(Dataset):
+    """Clips from ``root/<class>/<video>.pack``: items ``(uint8 (T, 3, H, W), label)``, or a
+    :class:`BadFile` naming the pack file for a corrupt or truncated one."""
+
+    def __init__(self, root, frames: int = 8):
+        self.root, self.frames = Path(root), _check_frames(frames)
+        self.classes, self.videos = _videos(self.root, lambda p: p.suffix == ".pack" and p.is_file())
+        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+
+    def __len__(self) -> int:
+        return len(self.videos)
+
+    def __getitem__(self, index: int):
+        path, label = self.videos[index]
+        try:
+            n = pack_length(path)
+            blobs = read_pack(path, frame_indices(n, self.frames))
+            return _stack_frames(path, [decode_rgb(f"{path}[{i}]", b) for i, b in enumerate(blobs)]), label
+        except DecodeError as e:
+            return BadFile(path, e.cause), label
+        except OSError as e:
+            return BadFile(path, f"cannot read ({e})"), label

@@ -1,0 +1,96 @@
+"""Video clips: frame folders, packed clips (round trip, corruption), and one draw per clip."""
+
+import multiprocessing
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torch.utils.data import DataLoader
+
+import gpuaug as ga
+from gpuaug.cli import main
+from gpuaug.data import BadFile, FrameFolder, PackedClips, collate, frame_indices
+
+
+@pytest.fixture(scope="module")
+def frames_root(tmp_path_factory, photos):
+    """root/<class>/<video>/frame_XXXX.jpg: each video is a slow pan across a real photo."""
+    root = tmp_path_factory.mktemp("frames")
+    for c, (photo, n) in enumerate([(photos[0], 12), (photos[1], 5), (photos[2], 9)]):
+        video = root / f"class{c % 2}" / f"video{c}"
+        video.mkdir(parents=True)
+        arr = photo.permute(1, 2, 0).numpy()
+        for t in range(n):
+            Image.fromarray(np.ascontiguousarray(arr[t * 4 : t * 4 + 160, t * 6 : t * 6 + 200])).save(
+                video / f"frame_{t:04d}.jpg", quality=90)
+    return root
+
+
+def test_frame_indices_spread_evenly():
+    assert frame_indices(12, 4) == [0, 4, 7, 11]
+    assert frame_indices(3, 5) == [0, 0, 1, 2, 2]  # a short video repeats frames
+    assert frame_indices(7, 1) == [3]
+    with pytest.raises(ValueError):
+        frame_indices(0, 4)
+
+
+def test_frame_folder_clips(frames_root):
+    ds = FrameFolder(frames_root, frames=4)
+    assert ds.classes == ["class0", "class1"] and len(ds) == 3
+    clip, label = ds[0]
+    assert clip.shape == (4, 3, 160, 200) and clip.dtype == torch.uint8 and label == 0
+    assert not torch.equal(clip[0], clip[-1])
+
+
+def test_packed_clips_round_trip_equal_frame_folders(frames_root, tmp_path):
+    assert main(["pack", str(frames_root), str(tmp_path / "packed"), "--no-progress"]) == 0
+    folder, packed = FrameFolder(frames_root, frames=5), PackedClips(tmp_path / "packed", frames=5)
+    assert packed.classes == folder.classes and len(packed) == len(folder)
+    for i in range(len(folder)):
+        (a, ya), (b, yb) = folder[i], packed[i]
+        assert ya == yb and torch.equal(a, b)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garble_magic", "garble_index", "empty"])
+def test_corrupt_pack_files_name_their_path(frames_root, tmp_path, damage):
+    main(["pack", str(frames_root), str(tmp_path / "packed"), "--no-progress"])
+    target = sorted((tmp_path / "packed").rglob("*.pack"))[0]
+    data = bytearray(target.read_bytes())
+    if damage == "truncate":
+        data = data[: len(data) // 2]
+    elif damage == "garble_magic":
+        data[:8] = b"NOTAPACK"
+    elif damage == "garble_index":
+        data[16:24] = (10**9).to_bytes(8, "little")
+    else:
+        data = b""
+    target.write_bytes(bytes(data))
+    ds = PackedClips(tmp_path / "packed", frames=3)
+    index = [p for p, _ in ds.videos].index(str(target))
+    item, _ = ds[index]
+    assert isinstance(item, BadFile) and item.path == str(target)
+    loader = ga.DeviceLoader(DataLoader(ds, batch_size=3, collate_fn=collate), device="cpu", on_error="raise")
+    with pytest.raises(ga.DecodeError, match=str(target.name)):
+        list(loader)
+
+
+def test_packed_clips_with_workers_and_one_draw_per_clip(frames_root, tmp_path):
+    main(["pack", str(frames_root), str(tmp_path / "packed"), "--no-progress"])
+    ds = PackedClips(tmp_path / "packed", frames=4)
+    dl = DataLoader(ds, batch_size=3, num_workers=2, collate_fn=collate,
+                    multiprocessing_context=multiprocessing.get_context("fork"))
+    pipe = ga.Pipeline(ga.RandomResizedCrop(64), ga.RandomHorizontalFlip(), ga.ColorJitter(0.3, 0.3, 0.3, 0.1),
+                       device="cpu", seed=0)
+    (clips, labels), = list(ga.DeviceLoader(dl, pipe))
+    assert clips.shape == (3, 4, 3, 64, 64) and labels.tolist() == [0, 0, 1]
+    # one draw per clip: the same frames through the clip's params, one frame at a time, agree
+    raw = torch.stack([ds[i][0] for i in range(3)])
+    out, params = pipe(raw, return_params=True)
+    frame = pipe(raw[1, 2][None], params=[{k: v[1:2] for k, v in p.items()} for p in params])
+    assert torch.allclose(out[1, 2], frame[0], atol=1e-5)
+
+
+def test_pack_command_reports_bad_source(tmp_path, capsys):
+    assert main(["pack", str(tmp_path / "missing"), str(tmp_path / "out"), "--no-progress"]) == 2
+    assert "missing" in capsys.readouterr().err
