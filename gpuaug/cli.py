@@ -17,13 +17,41 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--json", metavar="PATH", help="write the rows as JSON")
     bench.add_argument("--plot", metavar="PATH", help="write a PNG bar chart (needs matplotlib)")
     bench.add_argument("--no-progress", action="store_true")
+    bench.add_argument("--loader", action="store_true",
+                       help="instead: DataLoader workers with torchvision transforms vs decode-only workers + gpuaug")
+    bench.add_argument("--num-workers", type=int, default=2, help="with --loader")
+    bench.add_argument("--step-ms", type=float, default=20.0, help="with --loader: simulated training step")
+    bench.add_argument("--files", type=int, default=192, help="with --loader: generated JPEGs")
+    prof = sub.add_parser("profile", help="where does my loader's time go? disk, decode or augment, on DIR's images")
+    prof.add_argument("dir")
+    prof.add_argument("--max-files", type=int, default=256)
+    prof.add_argument("--step-ms", type=float, default=20.0, help="simulated training step per batch")
+    prof.add_argument("--batch-size", type=int, default=32)
+    prof.add_argument("--device", help="where gpuaug runs (default: gpuaug.select_device())")
+    prof.add_argument("--json", metavar="PATH")
+    prof.add_argument("--no-progress", action="store_true")
     pack = sub.add_parser("pack", help="pack frame folders SRC/<class>/<video>/*.jpg into DST/<class>/<video>.pack")
     pack.add_argument("src")
     pack.add_argument("dst")
     pack.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
 
-    if args.command == "bench":
+    if args.command == "bench" and args.loader:
+        from . import bench_loader
+
+        if args.num_workers < 0 or args.files < 1 or args.step_ms < 0:
+            parser.error("--num-workers, --files and --step-ms must not be negative")
+        files = 48 if args.quick else args.files
+        device = args.device[0] if args.device else None
+        rows = bench_loader.run(None, files, args.num_workers, 16 if args.quick else 32, args.step_ms, device,
+                                progress=not args.no_progress)
+        if args.json:
+            import json
+
+            with open(args.json, "w") as f:
+                json.dump({"rows": rows}, f, indent=2)
+        print(bench_loader.format_table(rows))
+    elif args.command == "bench":
         from . import bench as b
 
         if args.repeats < 1 or any(s < 1 for s in args.batch_sizes):
@@ -35,6 +63,23 @@ def main(argv: list[str] | None = None) -> int:
         if args.plot:
             b.save_plot(rows, args.plot)
         print(b.format_table(rows))
+    elif args.command == "profile":
+        from . import profile
+
+        if args.max_files < 1 or args.batch_size < 1 or args.step_ms < 0:
+            parser.error("--max-files and --batch-size must be positive, --step-ms not negative")
+        try:
+            report = profile.run(args.dir, args.max_files, args.step_ms, args.device, args.batch_size,
+                                 progress=not args.no_progress)
+        except FileNotFoundError as e:
+            print(f"gpuaug profile: {e}", file=sys.stderr)
+            return 2
+        if args.json:
+            import json
+
+            with open(args.json, "w") as f:
+                json.dump(report, f, indent=2)
+        print(profile.format_report(report))
     elif args.command == "pack":
         from .data.clips import pack_folder
 

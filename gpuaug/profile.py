@@ -1,0 +1,172 @@
+"""``gpuaug profile DIR``: where does a loader's time go, on the user's own images?
+
+Stages, each timed on its own: raw read (bytes only: the disk), decode (one core), torchvision CPU
+transforms (one core), gpuaug (on the best device). Then a DataLoader sweep over ``num_workers``
+(up to the core count), ``pin_memory`` and ``prefetch_factor`` with decode-only workers, gpuaug in
+the loop and a simulated training step. It says which stage bounds the loader and which settings
+ran fastest.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader
+
+from .bench import gpuaug_pipeline, torchvision_transform
+from .cpu import keep_freed_memory
+from .data import DeviceLoader, ImageFiles, collate
+from .data.datasets import IMG_EXTENSIONS
+from .data.decode import DecodeError, decode_rgb, read_bytes
+from .device import select_device
+
+
+def find_images(directory, max_files: int) -> list[str]:
+    """Image files under ``directory`` (recursive, sorted), at most ``max_files``."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"{str(directory)!r} is not a directory")
+    paths = []
+    for dirpath, _, files in sorted(os.walk(directory, followlinks=True)):
+        paths += [os.path.join(dirpath, f) for f in sorted(files) if f.lower().endswith(IMG_EXTENSIONS)]
+        if len(paths) >= max_files:
+            break
+    if not paths:
+        raise FileNotFoundError(f"no image files ({', '.join(IMG_EXTENSIONS)}) under {str(directory)!r}")
+    return paths[:max_files]
+
+
+def _one_thread(fn):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        start = time.perf_counter()
+        out = fn()
+        return out, time.perf_counter() - start
+    finally:
+        torch.set_num_threads(threads)
+
+
+def run(directory, max_files: int = 256, step_ms: float = 20.0, device=None, batch_size: int = 32,
+        max_workers: int | None = None, progress: bool = True) -> dict:
+    from tqdm.auto import tqdm
+
+    keep_freed_memory()
+    device = select_device(device)
+    paths = find_images(directory, max_files)
+    cores = max_workers if max_workers is not None else (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    workers = sorted({0, *[w for w in (1, 2, 4, 8, 16, 32) if w <= cores], cores})
+    sweep_plan = [(w, pin, pf) for w in workers for pin in ([False, True] if device.type == "cuda" else [False])
+                  for pf in ([2, 4] if w > 0 else [None])]
+    bar = tqdm(total=4 + len(sweep_plan), desc="gpuaug profile", disable=not progress, unit="step")
+
+    def read_all():
+        blobs, bad = [], 0
+        for p in paths:
+            try:
+                blobs.append((p, read_bytes(p)))
+            except DecodeError:
+                bad += 1
+        return blobs, bad
+
+    (blobs, bad_reads), t_read = _one_thread(read_all)
+    n_bytes = sum(b.numel() for _, b in blobs)
+    bar.update()
+
+    def decode_all():
+        out = []
+        for p, b in blobs:
+            try:
+                out.append(decode_rgb(p, b))
+            except DecodeError:
+                pass
+        return out
+
+    images, t_decode = _one_thread(decode_all)
+    bar.update()
+    if not images:
+        raise FileNotFoundError(f"none of the {len(paths)} files under {str(directory)!r} could be decoded")
+    tf = torchvision_transform()
+    _, t_tv = _one_thread(lambda: [tf(img) for img in images])
+    bar.update()
+    pipe = gpuaug_pipeline(device)
+    pipe(images[:batch_size])  # warm-up
+    start = time.perf_counter()
+    for i in range(0, len(images), batch_size):
+        pipe(images[i : i + batch_size])
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t_gpuaug = time.perf_counter() - start
+    bar.update()
+
+    stages = {
+        "read": {"files_per_s": len(blobs) / t_read, "MB_per_s": n_bytes / t_read / 1e6, "unreadable": bad_reads},
+        "decode": {"images_per_s_per_core": len(images) / t_decode},
+        "torchvision_transforms": {"images_per_s_per_core": len(images) / t_tv},
+        "gpuaug": {"images_per_s": len(images) / t_gpuaug, "device": str(device)},
+    }
+    dataset = ImageFiles(paths, on_error="skip")
+    sweep = []
+    for w, pin, pf in sweep_plan:
+        bar.set_postfix_str(f"workers={w} pin={pin} prefetch={pf}")
+        kwargs = {"prefetch_factor": pf} if w > 0 else {}
+        dl = DataLoader(dataset, batch_size=batch_size, num_workers=w, pin_memory=pin, collate_fn=collate, **kwargs)
+        loader = DeviceLoader(dl, pipe, on_error="skip")
+        start = time.perf_counter()
+        waited, n = 0.0, 0
+        it = iter(loader)
+        while True:
+            t = time.perf_counter()
+            batch = next(it, None)
+            waited += time.perf_counter() - t
+            if batch is None:
+                break
+            n += len(batch[1])
+            time.sleep(step_ms / 1000)
+        seconds = time.perf_counter() - start
+        sweep.append({"num_workers": w, "pin_memory": pin, "prefetch_factor": pf,
+                      "images_per_s": n / seconds, "data_wait_fraction": waited / seconds})
+        bar.update()
+    bar.close()
+
+    worker_cores = max(cores - (0 if device.type == "cuda" else 1), 1)
+    bounds = {
+        "disk": stages["read"]["files_per_s"],
+        "decode": stages["decode"]["images_per_s_per_core"] * worker_cores,
+        "augment": stages["gpuaug"]["images_per_s"],
+    }
+    best = max(sweep, key=lambda r: r["images_per_s"])
+    return {"directory": str(directory), "files": len(paths), "cores": cores, "step_ms": step_ms,
+            "stages": stages, "bounds_images_per_s": bounds, "bottleneck": min(bounds, key=bounds.get),
+            "sweep": sweep, "best": best}
+
+
+def format_report(r: dict) -> str:
+    s = r["stages"]
+    lines = [
+        f"gpuaug profile: {r['files']} files under {r['directory']}, {r['cores']} cores, simulated step {r['step_ms']:.0f} ms",
+        "",
+        f"  read (bytes only)        {s['read']['files_per_s']:10.1f} files/s  {s['read']['MB_per_s']:8.1f} MB/s"
+        + (f"  ({s['read']['unreadable']} unreadable)" if s["read"]["unreadable"] else ""),
+        f"  decode                   {s['decode']['images_per_s_per_core']:10.1f} img/s per core",
+        f"  torchvision transforms   {s['torchvision_transforms']['images_per_s_per_core']:10.1f} img/s per core",
+        f"  gpuaug ({s['gpuaug']['device']:<6})          {s['gpuaug']['images_per_s']:10.1f} img/s",
+        "",
+        f"  {'num_workers':>11} {'pin_memory':>10} {'prefetch':>8} {'img/s':>9} {'data wait':>9}",
+    ]
+    for row in r["sweep"]:
+        lines.append(f"  {row['num_workers']:>11} {str(row['pin_memory']):>10} {str(row['prefetch_factor']):>8} "
+                     f"{row['images_per_s']:>9.1f} {100 * row['data_wait_fraction']:>8.1f}%")
+    b, best = r["bounds_images_per_s"], r["best"]
+    lines += [
+        "",
+        f"  bounds (img/s): disk {b['disk']:.0f}, decode on all worker cores {b['decode']:.0f}, augment {b['augment']:.0f}",
+        f"  the loader is bound by: {r['bottleneck']}",
+        f"  use: DataLoader(num_workers={best['num_workers']}, pin_memory={best['pin_memory']}"
+        + (f", prefetch_factor={best['prefetch_factor']}" if best["prefetch_factor"] else "")
+        + f") -> {best['images_per_s']:.0f} img/s, data wait {100 * best['data_wait_fraction']:.0f}%",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,43 @@
+"""`gpuaug profile` and `gpuaug bench --loader` on small generated folders."""
+
+import json
+
+import pytest
+
+from gpuaug.bench_loader import make_jpeg_folder
+from gpuaug.cli import main
+
+
+@pytest.fixture(scope="module")
+def jpeg_folder(tmp_path_factory):
+    return make_jpeg_folder(tmp_path_factory.mktemp("jpegs"), n=24)
+
+
+def test_profile_prints_bottleneck_and_writes_json(jpeg_folder, tmp_path, capsys):
+    (jpeg_folder / "class0" / "broken.jpg").write_bytes(b"not a jpeg")
+    out = tmp_path / "profile.json"
+    assert main(["profile", str(jpeg_folder), "--no-progress", "--step-ms", "1", "--batch-size", "8",
+                 "--device", "cpu", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "the loader is bound by:" in text and "use: DataLoader(num_workers=" in text
+    report = json.loads(out.read_text())
+    assert report["files"] == 25 and report["bottleneck"] in ("disk", "decode", "augment")
+    assert {"read", "decode", "torchvision_transforms", "gpuaug"} == set(report["stages"])
+    assert report["stages"]["read"]["files_per_s"] > 0 and report["sweep"]
+    assert {r["num_workers"] for r in report["sweep"]} >= {0, 1}
+    assert all(r["images_per_s"] > 0 for r in report["sweep"])
+
+
+def test_profile_on_a_folder_without_images(tmp_path, capsys):
+    assert main(["profile", str(tmp_path), "--no-progress"]) == 2
+    assert "no image files" in capsys.readouterr().err
+
+
+def test_loader_bench_quick(tmp_path, capsys):
+    out = tmp_path / "loader.json"
+    assert main(["bench", "--loader", "--quick", "--no-progress", "--device", "cpu", "--step-ms", "1",
+                 "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 2 and rows[0]["x_worker_capacity"] == 1.0
+    assert rows[1]["worker_images_per_s"] > rows[0]["worker_images_per_s"]  # decoding alone is cheaper
+    assert "worker img/s" in capsys.readouterr().out
