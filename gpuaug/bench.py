@@ -180,15 +180,13 @@ def save_json(rows: list[dict], path: str) -> None:
 
 def save_plot(rows: list[dict], path: str) -> None:
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure  # no pyplot: the caller's backend is left alone
     except ImportError:
         raise SystemExit("--plot needs matplotlib: pip install 'gpuaug[plot]'") from None
     groups = sorted({(r["device"], r["batch"]) for r in rows}, key=lambda g: (g[0], g[1]))
     methods = list(dict.fromkeys(r["method"] for r in rows))
-    fig, ax = plt.subplots(figsize=(max(10, 2.5 * len(groups) + 4), 5))
+    fig = Figure(figsize=(max(10, 2.5 * len(groups) + 4), 5))
+    ax = fig.subplots()
     width = 0.8 / len(methods)
     for i, m in enumerate(methods):
         values = [next((r["images_per_s"] for r in rows if (r["device"], r["batch"]) == g and r["method"] == m), 0)
