@@ -15,10 +15,13 @@ def select_device(device: str | torch.device | None = None) -> torch.device:
     Call it in the main process only: DataLoader workers must never touch CUDA.
     """
     if device is not None:
-        return torch.device(device)
+        return _checked(torch.device(device), "device argument")
     env = os.environ.get("GPUAUG_DEVICE")
     if env:
-        return torch.device(env)
+        try:
+            return _checked(torch.device(env), "GPUAUG_DEVICE")
+        except RuntimeError:
+            raise ValueError(f"GPUAUG_DEVICE should name a torch device (cpu, cuda, cuda:1, ...), got {env!r}") from None
     if not torch.cuda.is_available():
         return torch.device("cpu")
     count = torch.cuda.device_count()
@@ -32,3 +35,12 @@ def select_device(device: str | torch.device | None = None) -> torch.device:
             raise ValueError(f"LOCAL_RANK={rank} but only {count} CUDA device(s) are visible")
         return torch.device("cuda", rank)
     return torch.device("cuda", os.getpid() % count)
+
+
+def _checked(device: torch.device, source: str) -> torch.device:
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{source} asks for {device} but CUDA is not available on this machine")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"{source} asks for {device} but only {torch.cuda.device_count()} CUDA device(s) are visible")
+    return device

@@ -125,8 +125,13 @@ def test_select_device(monkeypatch):
     monkeypatch.setenv("GPUAUG_DEVICE", "cpu")
     assert ga.select_device() == torch.device("cpu")
     assert ga.select_device("meta") == torch.device("meta")  # the argument wins over the env
+    monkeypatch.setenv("GPUAUG_DEVICE", "gpu0")
+    with pytest.raises(ValueError, match="GPUAUG_DEVICE"):
+        ga.select_device()
     monkeypatch.delenv("GPUAUG_DEVICE")
     if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            ga.Pipeline(ga.RandomHorizontalFlip(), device="cuda")
         monkeypatch.setenv("LOCAL_RANK", "3")
         assert ga.select_device() == torch.device("cpu")
     else:
