@@ -29,9 +29,9 @@ class Pipeline(nn.Module):
     Args:
         *ops: gpuaug ops (``RandomResizedCrop``, ``RandomRotation``, ``ColorJitter``, ...).
         device: where to compute; ``None`` asks :func:`gpuaug.select_device`.
-        dtype: compute and output dtype; ``None`` means float16 on CUDA and float32 on CPU. On the
-            CPU a float16/bfloat16 request is computed in float32 and cast at the end (CPU
-            half-precision ``grid_sample`` can crash the process).
+        dtype: compute and output dtype; ``None`` means float16 on CUDA and float32 on CPU. Hue
+            and the rotation's sampling always run in float32 (so no half-precision
+            ``grid_sample``, which crashes torch 2.14 on one CPU thread), then cast back.
         seed: seed of the pipeline's own generator; ``None`` draws one from torch's global RNG
             (so ``torch.manual_seed`` makes it repeatable too).
         channels_last: return channels-last memory format.
@@ -103,11 +103,9 @@ class Pipeline(nn.Module):
         return self._generator
 
     def compute_dtype(self) -> torch.dtype:
-        """The dtype the kernels run in on this pipeline's device."""
+        """The dtype the kernels run in: ``dtype``, else float16 on CUDA and float32 elsewhere."""
         if self.dtype is None:
             return torch.float16 if self.device.type == "cuda" else torch.float32
-        if self.device.type == "cpu" and self.dtype in (torch.float16, torch.bfloat16):
-            return torch.float32
         return self.dtype
 
     # ---- the per-batch path: no host sync, no per-sample loop over pixels -----------------------
