@@ -9,6 +9,8 @@ equals torchvision's kernel called on that sample with ``f``.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -29,7 +31,13 @@ def rgb_to_grayscale(x: Tensor) -> Tensor:
     if x.shape[1] == 1:
         return x
     # A 1x1 convolution is one pass over the image (three mul-adds are five).
-    return F.conv2d(x, torch.tensor(_LUMA, dtype=x.dtype, device=x.device).view(1, 3, 1, 1))
+    return F.conv2d(x, _luma_weight(x.dtype, x.device))
+
+
+@functools.lru_cache(maxsize=16)
+def _luma_weight(dtype: torch.dtype, device: torch.device) -> Tensor:
+    # Built once per dtype and device: a fresh torch.tensor(...) on CUDA would be a synchronizing copy.
+    return torch.tensor(_LUMA, dtype=dtype).view(1, 3, 1, 1).to(device)
 
 
 def blend(x: Tensor, reference: Tensor | float, factor: float | Tensor) -> Tensor:
