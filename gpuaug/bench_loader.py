@@ -84,7 +84,7 @@ def worker_capacity(dataset, n: int) -> float:
     return n / statistics.median(times)
 
 
-def _loop(batches, step_ms: float) -> tuple[float, float, int]:
+def simulated_loop(batches, step_ms: float) -> tuple[float, float, int]:
     """Run a simulated training loop: -> (seconds, seconds waiting for data, images)."""
     waited, images = 0.0, 0
     start = time.perf_counter()
@@ -118,13 +118,13 @@ def run(root=None, n_files: int = 192, num_workers: int = 2, batch_size: int = 3
         bar.update()
         kwargs = dict(batch_size=batch_size, num_workers=num_workers, pin_memory=device.type == "cuda",
                       persistent_workers=False)
-        seconds, waited, images = _loop(DataLoader(with_transforms, shuffle=False, **kwargs), step_ms)
+        seconds, waited, images = simulated_loop(DataLoader(with_transforms, shuffle=False, **kwargs), step_ms)
         rows = [{"setup": "workers: decode + torchvision v2 transforms", "device": "cpu (workers)",
                  "worker_images_per_s": cap_tv, "loop_images_per_s": images / seconds,
                  "data_wait_fraction": waited / seconds}]
         bar.update()
         loader = DeviceLoader(DataLoader(decode_only, collate_fn=collate, **kwargs), gpuaug_pipeline(device))
-        seconds, waited, images = _loop(loader, step_ms)
+        seconds, waited, images = simulated_loop(loader, step_ms)
         rows.append({"setup": "workers: decode only; gpuaug in the loop (DeviceLoader)", "device": str(device),
                      "worker_images_per_s": cap_decode, "loop_images_per_s": images / seconds,
                      "data_wait_fraction": waited / seconds})

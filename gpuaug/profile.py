@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from .bench import gpuaug_pipeline, torchvision_transform
+from .bench_loader import simulated_loop
 from .cpu import keep_freed_memory
 from .data import DeviceLoader, ImageFiles, collate
 from .data.datasets import IMG_EXTENSIONS
@@ -114,19 +115,7 @@ def run(directory, max_files: int = 256, step_ms: float = 20.0, device=None, bat
         bar.set_postfix_str(f"workers={w} pin={pin} prefetch={pf}")
         kwargs = {"prefetch_factor": pf} if w > 0 else {}
         dl = DataLoader(dataset, batch_size=batch_size, num_workers=w, pin_memory=pin, collate_fn=collate, **kwargs)
-        loader = DeviceLoader(dl, pipe, on_error="skip")
-        start = time.perf_counter()
-        waited, n = 0.0, 0
-        it = iter(loader)
-        while True:
-            t = time.perf_counter()
-            batch = next(it, None)
-            waited += time.perf_counter() - t
-            if batch is None:
-                break
-            n += len(batch[1])
-            time.sleep(step_ms / 1000)
-        seconds = time.perf_counter() - start
+        seconds, waited, n = simulated_loop(DeviceLoader(dl, pipe, on_error="skip"), step_ms)
         sweep.append({"num_workers": w, "pin_memory": pin, "prefetch_factor": pf,
                       "images_per_s": n / seconds, "data_wait_fraction": waited / seconds})
         bar.update()
