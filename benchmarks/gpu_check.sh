@@ -10,6 +10,10 @@ OUT=${OUT:-$PWD/bench_out}
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 PY=python3
+if ! $PY -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+  echo "gpu_check.sh: no CUDA device here; run it on a lent GPU (device tool)" | tee "$OUT/device.txt"
+  exit 1
+fi
 
 if ! $PY -c "import kornia" 2>/dev/null && ls wheels/*.whl >/dev/null 2>&1; then
   $PY -m pip install -q --no-index --no-deps wheels/*.whl > "$OUT/wheels.log" 2>&1

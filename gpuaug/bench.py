@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from .cpu import keep_freed_memory
+from .device import select_device
 from .pipeline import Pipeline
 from .samples import sample_images
 from .transforms import IMAGENET_MEAN, IMAGENET_STD, ColorJitter, Normalize, RandomHorizontalFlip, RandomResizedCrop, RandomRotation
@@ -114,7 +115,7 @@ def run(devices=None, batch_sizes=(64, 256), repeats: int = 5, progress: bool = 
     keep_freed_memory()  # for every row alike: page faults on fresh mmap pages otherwise dominate CPU rows
     if devices is None:
         devices = (["cuda"] if torch.cuda.is_available() else []) + ["cpu"]
-    devices = [torch.device(d) for d in devices]
+    devices = [select_device(d) for d in devices]  # a clear ValueError for an unavailable device
     rows = []
     plan = [(d, b) for d in devices for b in batch_sizes]
     has_kornia = kornia_augment("cpu") is not None

@@ -43,8 +43,12 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--num-workers, --files and --step-ms must not be negative")
         files = 48 if args.quick else args.files
         device = args.device[0] if args.device else None
-        rows = bench_loader.run(None, files, args.num_workers, 16 if args.quick else 32, args.step_ms, device,
-                                progress=not args.no_progress)
+        try:
+            rows = bench_loader.run(None, files, args.num_workers, 16 if args.quick else 32, args.step_ms, device,
+                                    progress=not args.no_progress)
+        except ValueError as e:
+            print(f"gpuaug bench: {e}", file=sys.stderr)
+            return 2
         if args.json:
             import json
 
@@ -57,7 +61,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.repeats < 1 or any(s < 1 for s in args.batch_sizes):
             parser.error("--repeats and --batch-sizes must be positive")
         batch_sizes, repeats = ([16], 2) if args.quick else (args.batch_sizes, args.repeats)
-        rows = b.run(args.device, batch_sizes, repeats, progress=not args.no_progress)
+        try:
+            rows = b.run(args.device, batch_sizes, repeats, progress=not args.no_progress)
+        except ValueError as e:
+            print(f"gpuaug bench: {e}", file=sys.stderr)
+            return 2
         if args.json:
             b.save_json(rows, args.json)
         if args.plot:
@@ -71,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             report = profile.run(args.dir, args.max_files, args.step_ms, args.device, args.batch_size,
                                  progress=not args.no_progress)
-        except FileNotFoundError as e:
+        except (FileNotFoundError, ValueError) as e:
             print(f"gpuaug profile: {e}", file=sys.stderr)
             return 2
         if args.json:

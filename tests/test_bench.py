@@ -24,6 +24,12 @@ def test_bench_quick_writes_table_json_and_plot(tmp_path, capsys):
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the no-GPU message")
+def test_bench_on_a_missing_gpu_says_so(capsys):
+    assert main(["bench", "--quick", "--device", "cuda", "--no-progress"]) == 2
+    assert "CUDA is not available" in capsys.readouterr().err
+
+
 def test_bench_rejects_bad_arguments():
     with pytest.raises(SystemExit):
         main(["bench", "--repeats", "0"])
