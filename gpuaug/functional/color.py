@@ -9,10 +9,7 @@ equals torchvision's kernel called on that sample with ``f``.
 
 from __future__ import annotations
 
-import functools
-
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 # ITU-R 601-2 luma weights, as torchvision's rgb_to_grayscale.
@@ -30,14 +27,9 @@ def rgb_to_grayscale(x: Tensor) -> Tensor:
     """Luma of ``(B, 3, H, W)`` RGB images -> ``(B, 1, H, W)``; a 1-channel input is returned as is."""
     if x.shape[1] == 1:
         return x
-    # A 1x1 convolution is one pass over the image (three mul-adds are five).
-    return F.conv2d(x, _luma_weight(x.dtype, x.device))
-
-
-@functools.lru_cache(maxsize=16)
-def _luma_weight(dtype: torch.dtype, device: torch.device) -> Tensor:
-    # Built once per dtype and device: a fresh torch.tensor(...) on CUDA would be a synchronizing copy.
-    return torch.tensor(_LUMA, dtype=dtype).view(1, 3, 1, 1).to(device)
+    r, g, b = x.unbind(1)
+    # torchvision's exact expression; Python scalars, so no constant tensor to copy to the device.
+    return r.mul(_LUMA[0]).add_(g, alpha=_LUMA[1]).add_(b, alpha=_LUMA[2]).unsqueeze(1)
 
 
 def blend(x: Tensor, reference: Tensor | float, factor: float | Tensor) -> Tensor:
