@@ -29,7 +29,8 @@ fi
 echo "== CUDA tests"
 timeout 150 $PY -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_reference.py \
   tests/test_data.py::test_device_loader_on_cuda_overlaps_and_matches_cpu \
-  tests/test_data.py::test_gpu_decode_falls_back_to_cpu_without_cuda 2>&1 \
+  tests/test_data.py::test_gpu_decode_falls_back_to_cpu_without_cuda \
+  tests/test_data.py::test_device_loader_on_cuda_without_pipeline_keeps_ragged_lists 2>&1 \
   | tee "$OUT/cuda_tests.txt" | tail -n 15
 
 echo "== GPU benchmark (cuda rows, and cpu rows for the per-sample torchvision reference)"

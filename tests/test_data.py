@@ -194,3 +194,10 @@ def test_device_loader_on_cuda_overlaps_and_matches_cpu(folder):
     out = list(ga.DeviceLoader(DataLoader(ds, batch_size=4, collate_fn=collate, pin_memory=True), pipe, prefetch=2))
     assert sum(len(y) for _, y in out) == len(ds)
     assert all(x.device.type == "cuda" and y.device.type == "cuda" for x, y in out)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_device_loader_on_cuda_without_pipeline_keeps_ragged_lists(folder):
+    out = list(ga.DeviceLoader(DataLoader(ImageFolder(folder), batch_size=4, collate_fn=collate), device="cuda"))
+    assert any(isinstance(x, list) for x, _ in out)
+    assert all(t.device.type == "cuda" for x, _ in out for t in (x if isinstance(x, list) else [x]))

@@ -120,7 +120,8 @@ class DeviceLoader:
             main.wait_event(event)
             submit()
             if ready is not None:
-                for t in ready:
+                images, labels = ready
+                for t in [*(images if isinstance(images, list) else [images]), labels]:
                     t.record_stream(main)  # the side stream must not reuse this memory early
                 yield ready
 
