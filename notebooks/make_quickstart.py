@@ -10,7 +10,7 @@ cells = [
 DataLoader workers only **decode**; one `gpuaug.Pipeline`, called on each batch in the training loop,
 crops, resizes, rotates, flips and color-jitters **every sample with its own random parameters**.
 This notebook runs on the CPU as well as on a GPU (`ga.select_device()` picks one)."""),
-    nbf.v4.new_code_cell("""import tempfile, time
+    nbf.v4.new_code_cell("""import tempfile
 import torch
 import matplotlib.pyplot as plt
 import gpuaug as ga

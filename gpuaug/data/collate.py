@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import torch
 
-from .datasets import BadFile, Encoded
+from .datasets import BadFile
 
 
 class Batch(NamedTuple):
