@@ -174,3 +174,23 @@ def test_identity_ranges_leave_images_unchanged(small_photos):
     x = torch.stack(small_photos)
     pipe = ga.Pipeline(ga.RandomRotation(0), ga.ColorJitter(0, (1, 1), 0, (0, 0)), device="cpu")
     assert torch.allclose(pipe(x), x, atol=1e-5)
+
+
+def test_clips_split_across_cpu_chunks_keep_one_draw(small_photos):
+    clips = torch.stack([torch.stack(small_photos[:3]), torch.stack(small_photos[1:4]), torch.stack(small_photos[:3])])
+    pipe = ga.Pipeline(ga.RandomResizedCrop(40), ga.RandomRotation(25), ga.ColorJitter(0.3, 0.3, 0.3, 0.1),
+                       device="cpu", seed=6, channels_last=True)
+    out, params = pipe(clips, return_params=True)  # 9 frames: CPU chunks of 4 cut through clips
+    assert out.shape == (3, 3, 3, 40, 40) and out.stride(2) == 1  # channels last
+    for c in range(3):
+        one = [{k: v[c : c + 1].repeat_interleave(3, 0) for k, v in p.items()} for p in params]
+        assert torch.allclose(out[c], pipe(clips[c], params=one), atol=1e-5)
+
+
+def test_one_channel_images_through_every_op(small_photos):
+    gray = torch.stack([p.mean(0, keepdim=True) for p in small_photos])
+    pipe = ga.Pipeline(ga.RandomResizedCrop(48), ga.RandomHorizontalFlip(), ga.RandomRotation(30),
+                       ga.ColorJitter(0.4, 0.4, 0.4, 0.2), ga.RandomGrayscale(0.5), ga.Normalize([0.5], [0.25]),
+                       device="cpu", seed=1, dtype=torch.float64)
+    out = pipe(gray)
+    assert out.shape == (4, 1, 48, 48) and out.dtype == torch.float64 and torch.isfinite(out).all()
