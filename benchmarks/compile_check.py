@@ -12,7 +12,7 @@ import time
 import torch
 
 import gpuaug as ga
-from gpuaug.bench import gpuaug_pipeline
+from gpuaug.bench import gpuaug_pipeline, uniform_batch
 
 
 def main() -> None:
@@ -25,9 +25,7 @@ def main() -> None:
     device = ga.select_device(args.device)
     if device.type == "cpu":
         torch.set_num_threads(1)
-    photos = [torch.nn.functional.interpolate(p[None].float(), size=(375, 500), mode="bilinear", antialias=True)[0]
-              for p in ga.sample_images(args.batch)]
-    x = torch.stack(photos).round().clamp(0, 255).to(torch.uint8).to(device)
+    x = uniform_batch(ga.sample_images(args.batch)).to(device)
     pipe = gpuaug_pipeline(device)
     eager_out, params = pipe(x, return_params=True)
     start = time.perf_counter()

@@ -85,11 +85,15 @@ def _median_seconds(fn, device, repeats: int, warmup: int = 1) -> float:
     return statistics.median(times)
 
 
-def _jobs(device: torch.device, batch: int, ragged: list[torch.Tensor], repeats: int):
-    """(method, callable) pairs for one device and batch size; inputs prepared outside the timing."""
-    uniform = torch.stack([
-        F.interpolate(img[None].float(), size=(375, 500), mode="bilinear", antialias=True)[0].round().clamp(0, 255)
-        for img in ragged]).to(torch.uint8).to(device)
+def uniform_batch(images: list[torch.Tensor], size=(375, 500)) -> torch.Tensor:
+    """The photos resized to one size and stacked: uint8 ``(B, 3, *size)``, for the batched rows."""
+    return torch.stack([F.interpolate(img[None].float(), size=size, mode="bilinear", antialias=True)[0]
+                        for img in images]).round().clamp(0, 255).to(torch.uint8)
+
+
+def _jobs(device: torch.device, ragged: list[torch.Tensor]):
+    """(method, callable, warm-up calls) for one device and batch; inputs prepared outside the timing."""
+    uniform = uniform_batch(ragged).to(device)
     on_device = [img.to(device) for img in ragged]
     tv = torchvision_transform()
     ours = gpuaug_pipeline(device)
@@ -127,7 +131,7 @@ def run(devices=None, batch_sizes=(64, 256), repeats: int = 5, progress: bool = 
             if device.type == "cpu":
                 torch.set_num_threads(1)  # per worker core, as a DataLoader worker runs
             ragged = sample_images(batch)
-            for method, fn, warmup in _jobs(device, batch, ragged, repeats):
+            for method, fn, warmup in _jobs(device, ragged):
                 bar.set_postfix_str(f"{device.type} b={batch} {method[:28]}")
                 seconds = _median_seconds(fn, device, repeats, warmup)
                 rows.append({"device": _device_name(device), "batch": batch, "method": method,
@@ -152,8 +156,8 @@ def _add_ratios(rows: list[dict]) -> None:
     def find(device, batch, method):
         return next((r for r in rows if r["device"] == device and r["batch"] == batch and r["method"] == method), None)
 
+    cpu_device = next((x["device"] for x in rows if x["device"].startswith("cpu")), None)
     for r in rows:
-        cpu_device = next((x["device"] for x in rows if x["device"].startswith("cpu")), None)
         base = find(cpu_device, r["batch"], TORCHVISION_PER_SAMPLE)
         kornia = find(r["device"], r["batch"], KORNIA)
         r["x_torchvision_per_sample"] = r["images_per_s"] / base["images_per_s"] if base else None

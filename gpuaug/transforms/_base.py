@@ -39,11 +39,6 @@ class Sizes:
             return self.uniform
         return max(h for h, _ in self.per_image), max(w for _, w in self.per_image)
 
-    def min(self) -> tuple[int, int]:
-        if self.per_image is None:
-            return self.uniform
-        return min(h for h, _ in self.per_image), min(w for _, w in self.per_image)
-
     def tensors(self, n: int, device) -> tuple[Tensor, Tensor]:
         """Heights and widths as ``(n,)`` float32 tensors on ``device`` (non-blocking copy)."""
         if self.per_image is None:
