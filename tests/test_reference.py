@@ -11,6 +11,7 @@ import torchvision.transforms.v2.functional as TF
 from torchvision.transforms import InterpolationMode
 
 import gpuaug as ga
+import gpuaug.functional as gaF
 from conftest import central_disc, psnr, to_float
 
 COLOR_TOL = 2 / 255
@@ -175,6 +176,18 @@ def test_color_jitter_single_adjustment(small_photos, kwargs, reference):
     out = ga.Pipeline(ga.ColorJitter(**kwargs), device="cpu")(x)
     for i in range(len(x)):
         assert (out[i] - reference(x[i])).abs().max() <= COLOR_TOL
+
+
+def test_adjust_hue_kernel_on_ties_and_grays():
+    # Six levels per channel: many pixels have two or three channels equal (ties pick the max
+    # channel in torchvision's order) or no chroma at all; every hue sector is hit.
+    x = torch.randint(0, 6, (8, 3, 32, 32), generator=torch.Generator().manual_seed(0)).float() / 5
+    for factor in (-0.5, -0.45, -0.2, -0.01, 0.0, 0.1, 1 / 3, 0.5):
+        assert (gaF.adjust_hue(x, factor) - TF.adjust_hue(x, factor)).abs().max() <= 1e-5
+    factors = torch.linspace(-0.5, 0.5, 8)
+    out = gaF.adjust_hue(x, factors)
+    for i in range(len(x)):
+        assert (out[i] - TF.adjust_hue(x[i], float(factors[i]))).abs().max() <= 1e-5
 
 
 def test_color_jitter_per_sample_order_and_factors(small_photos):

@@ -1,10 +1,12 @@
 """Pure batch-first kernels: no randomness, no state; per-sample factors as ``(B,)`` tensors."""
 
-from .color import adjust_brightness, adjust_contrast, adjust_hue, adjust_saturation, blend, normalize, rgb_to_grayscale
+from .color import (
+    adjust_brightness, adjust_contrast, adjust_hue, adjust_saturation, blend, mix_channels, normalize, rgb_to_grayscale,
+)
 from .geometry import axis_taps, flip_matrix, resample_separable, rotation_matrix, tap_count, warp_affine
 
 __all__ = [
-    "adjust_brightness", "adjust_contrast", "adjust_hue", "adjust_saturation", "blend", "normalize",
+    "adjust_brightness", "adjust_contrast", "adjust_hue", "adjust_saturation", "blend", "mix_channels", "normalize",
     "rgb_to_grayscale", "axis_taps", "flip_matrix", "resample_separable", "rotation_matrix", "tap_count",
     "warp_affine",
 ]

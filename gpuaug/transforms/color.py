@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from ..functional.color import adjust_hue, blend, normalize, rgb_to_grayscale
+from ..functional.color import LUMA, adjust_hue, blend, mix_channels, normalize, rgb_to_grayscale
 from ._base import Draw, Op, Params, check_probability, setup_range
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -25,16 +25,21 @@ class ColorOp(Op):
 
 def _blend_one_of(x: Tensor, which: Tensor, factor: Tensor) -> Tensor:
     """Per sample, brightness (``which`` 0), contrast (1), saturation (2) or nothing (else) by
-    ``factor``: all three are ``blend(x, reference, f)`` with a reference of 0, the image's mean gray
-    or the gray image, so one blend serves the whole batch."""
-    gray = rgb_to_grayscale(x)
-    mean = gray.mean(dim=(-3, -2, -1), keepdim=True)
-    is_contrast = (which == _CONTRAST).view(-1, 1, 1, 1).to(x.dtype)
-    if x.shape[1] == 1:  # saturation does nothing to one channel, as in torchvision
-        factor = torch.where(which == _SATURATION, torch.ones_like(factor), factor)
-    f = torch.where((which >= _BRIGHTNESS) & (which <= _SATURATION), factor, torch.ones_like(factor))
-    reference = torch.where((which == _SATURATION).view(-1, 1, 1, 1), gray, mean * is_contrast)
-    return blend(x, reference, f)
+    ``factor``. All three are ``f * x + (1 - f) * reference`` with a reference of 0, the image's
+    mean gray or its gray image: one per-sample color matrix (:func:`mix_channels`) for the batch."""
+    B, C = x.shape[:2]
+    blends = (which >= _BRIGHTNESS) & (which <= _SATURATION)
+    if C == 1:  # saturation does nothing to one channel, as in torchvision
+        blends &= which != _SATURATION
+    f = torch.where(blends, factor, torch.ones_like(factor)).to(torch.float32)
+    keep = 1 - f
+    luma = torch.tensor(LUMA if C == 3 else (1.0,), device=x.device)
+    gray_weight = ((which == _SATURATION) * keep).view(B, 1, 1) * luma  # each row: keep * luma
+    matrix = torch.diag_embed(f.view(B, 1).expand(B, C)) + gray_weight.expand(B, C, C)
+    # The mean of the gray image is the luma-weighted mean of the channel means.
+    mean = x.float().mean(dim=(-2, -1)) @ luma
+    offset = ((which == _CONTRAST) * keep * mean).view(B, 1).expand(B, C)
+    return mix_channels(x, matrix, offset)
 
 
 class ColorJitter(ColorOp):
