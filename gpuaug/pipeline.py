@@ -124,18 +124,43 @@ class Pipeline(nn.Module):
 
         # On the CPU, working on a few images at a time keeps the intermediates in cache: with one
         # thread, chunks of 4 ran 378 img/s against 50 for one 64-image pass (2026-12-02; chunks of
-        # 2 and 8 ran alike, 16 collapsed).
+        # 2 and 8 ran alike, 16 collapsed). Chunks hold samples that take the same color passes
+        # (ColorOp.group_key), so a chunk skips the passes none of its samples needs.
         # The plan (taps, matrices) is built once for the whole batch. On CUDA: one pass.
-        step = len(items) if self.device.type == "cuda" else max(_CPU_CHUNK, frames)
-        outs = []
-        for start in range(0, len(items), step):
-            part = slice(start, start + step)
-            x = self._geometry(self._stack(items[part], sizes[part]), plan, part)
+        parts = [slice(0, len(items))] if self.device.type == "cuda" else self._cpu_chunks(by_op, len(items), frames)
+        out = None
+        for part in parts:
+            x = self._geometry(self._stack(_take(items, part), sizes[part]), plan, part)
             for op in self._color_ops:
-                x = op.apply(x, {k: v[part] for k, v in by_op[id(op)].items()})
-            outs.append(x)
-        out = self._finish(torch.cat(outs) if len(outs) > 1 else outs[0], n, frames if is_clip else 0)
+                x = op.apply(x, {k: _take(v, part) for k, v in by_op[id(op)].items()})
+            if len(parts) == 1:
+                out = x
+                break
+            if out is None:
+                out = x.new_empty((len(items), *x.shape[1:]))
+            if isinstance(part, Tensor):
+                out.index_copy_(0, part, x)
+            else:
+                out[part] = x
+        out = self._finish(out, n, frames if is_clip else 0)
         return (out, params) if return_params else out
+
+    def _cpu_chunks(self, by_op: dict, n: int, frames: int) -> list[slice | Tensor]:
+        """The CPU's chunks of the ``n`` images: runs of ``max(_CPU_CHUNK, frames)`` or fewer, as
+        slices in order, or as index tensors grouping samples by the color ops' group keys (each
+        chunk within one group)."""
+        step = max(_CPU_CHUNK, frames)
+        keys = [k for op in self._color_ops if (k := op.group_key(by_op[id(op)])) is not None]
+        if not keys:
+            return [slice(start, start + step) for start in range(0, n, step)]
+        order = torch.arange(n)
+        for key in reversed(keys):  # lexicographic: the first op's key sorts last, so it ranks first
+            order = order[torch.argsort(key[order].cpu(), stable=True)]
+        ranked = torch.stack([k[order].cpu() for k in keys], 1)
+        new_group = torch.ones(n, dtype=torch.bool)
+        new_group[1:] = (ranked[1:] != ranked[:-1]).any(1)
+        starts = new_group.nonzero().flatten().tolist() + [n]
+        return [order[i:min(i + step, end)] for begin, end in zip(starts, starts[1:]) for i in range(begin, end, step)]
 
     def _draw(self, n: int, sizes: Sizes, frames: int) -> list[Params]:
         """Every op's params for ``n`` draws (images, or clips), from the pipeline's generator."""
@@ -189,14 +214,19 @@ class Pipeline(nn.Module):
         uint8 = x.dtype == torch.uint8
         if plan["rows"] is None:
             x = x.to(dt)
+            if uint8:
+                x = x.mul_(1 / 255)
         else:
             (ri, rw), (ci, cw) = plan["rows"], plan["cols"]
             H, W = x.shape[-2:]  # this part's padded size: taps past it have zero weight
-            x = resample_separable(x, (ri[part].clamp(max=H - 1), rw[part]), (ci[part].clamp(max=W - 1), cw[part]), dt)
-        if uint8:
-            x = x.mul(1 / 255)
+            rows = (_take(ri, part).clamp(max=H - 1), _take(rw, part))
+            # uint8 -> [0, 1] rides on the column weights: one pass less over the images.
+            cols = (_take(ci, part).clamp(max=W - 1), _take(cw, part) * (1 / 255 if uint8 else 1))
+            if x.device.type == "cpu":
+                x, rows, cols = _crop_to_taps(x, rows, cols, dt)
+            x = resample_separable(x, rows, cols, dt)
         if plan["warp"] is not None:
-            x = warp_affine(x, plan["warp"][part], plan["fill"])
+            x = warp_affine(x, _take(plan["warp"], part), plan["fill"])
         return x.contiguous()
 
     def _finish(self, x: Tensor, n: int, frames: int) -> Tensor:
@@ -278,6 +308,33 @@ class Pipeline(nn.Module):
                                      f"{n} (one per sample), got {getattr(v, 'shape', type(v).__name__)}")
             out.append({k: v.to(self.device, non_blocking=True) for k, v in p.items()})
         return out
+
+
+def _crop_to_taps(x: Tensor, rows: tuple[Tensor, Tensor], cols: tuple[Tensor, Tensor], dtype: torch.dtype):
+    """CPU only: copy (and convert to ``dtype``) just the part of each image its taps read, into
+    one ``(B, C, h', w')`` tensor (the largest such part in the batch), and shift the taps to it.
+    A crop reads ~half of the image on average, and every later pass of the resampling scales
+    with its width. Reads the taps' values, which syncs with nothing on the CPU."""
+    (ri, rw), (ci, cw) = rows, cols
+    B, C, H, W = x.shape
+    r0, r1 = ri.amin((1, 2)), ri.amax((1, 2)) + 1
+    c0, c1 = ci.amin((1, 2)), ci.amax((1, 2)) + 1
+    h, w = int((r1 - r0).max()), int((c1 - c0).max())
+    r0, c0 = r0.clamp(max=H - h), c0.clamp(max=W - w)
+    out = torch.empty(B, C, h, w, dtype=dtype)
+    for b, (top, left) in enumerate(zip(r0.tolist(), c0.tolist())):
+        out[b].copy_(x[b, :, top:top + h, left:left + w])
+    return out, (ri - r0.view(-1, 1, 1), rw), (ci - c0.view(-1, 1, 1), cw)
+
+
+def _take(items: list | Tensor, part: slice | Tensor) -> list | Tensor:
+    """``items[part]`` for a slice or an index tensor; ``index_select`` (a plain copy) rather than
+    advanced indexing, which is several times slower on the CPU."""
+    if isinstance(part, slice):
+        return items[part]
+    if isinstance(items, list):
+        return [items[i] for i in part.tolist()]
+    return items.index_select(0, part.to(items.device))
 
 
 def _check_image_tensor(x: Tensor, what: str) -> None:

@@ -21,6 +21,20 @@ def run(ops, images, **kw):
     return ga.Pipeline(*ops, device="cpu", seed=kw.pop("seed", 0), **kw)(images, return_params=True)
 
 
+@pytest.fixture(params=["cpu chunks", "one pass"])
+def batch_path(request, monkeypatch):
+    """Run a test twice: as the CPU runs a batch (chunks grouped by color passes, each image's read
+    area cropped, empty color passes skipped) and as CUDA does (the whole batch in one pass)."""
+    if request.param == "one pass":
+        import gpuaug.pipeline as pipeline_module
+        import gpuaug.transforms.color as color_module
+
+        monkeypatch.setattr(pipeline_module.Pipeline, "_cpu_chunks", lambda self, by_op, n, frames: [slice(0, n)])
+        monkeypatch.setattr(pipeline_module, "_crop_to_taps", lambda x, rows, cols, dtype: (x, rows, cols))
+        monkeypatch.setattr(color_module, "_cpu_nothing_to_do", lambda which: False)
+    return request.param
+
+
 # ---- resize / crop ----------------------------------------------------------------------------
 
 
@@ -95,7 +109,7 @@ def test_center_crop_matches_torchvision_including_padding(photos, size):
         assert (ours - ref).abs().max() < 1e-4
 
 
-def test_resize_then_center_crop_on_a_ragged_list(photos):
+def test_resize_then_center_crop_on_a_ragged_list(photos, batch_path):
     out = ga.Pipeline(ga.Resize(256), ga.CenterCrop(224), device="cpu")(photos)
     for i, img in enumerate(photos):
         ref = TF.center_crop(TF.resize(to_float(img), 256, antialias=True), [224, 224])
@@ -143,7 +157,7 @@ def test_rotation_fill_per_channel(small_photos):
     assert out[:, 0, 0].tolist() == pytest.approx([0.2, 0.5, 0.9], abs=1e-4)
 
 
-def test_rotation_per_sample_after_crop_and_flip(photos):
+def test_rotation_per_sample_after_crop_and_flip(photos, batch_path):
     ops = [ga.RandomResizedCrop(160), ga.RandomHorizontalFlip(), ga.RandomRotation(25)]
     out, (crop, flip, rot) = run(ops, photos * 2, seed=11)
     disc = central_disc(160, 160)
@@ -241,7 +255,7 @@ def test_normalize(small_photos):
     assert (out - TF.normalize(x, list(ga.IMAGENET_MEAN), list(ga.IMAGENET_STD))).abs().max() < 1e-5
 
 
-def test_full_pipeline_per_sample_against_torchvision_chain(photos):
+def test_full_pipeline_per_sample_against_torchvision_chain(photos, batch_path):
     ops = [ga.RandomResizedCrop(224), ga.RandomHorizontalFlip(), ga.RandomRotation(15),
            ga.ColorJitter(0.4, 0.4, 0.4, 0.1), ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD)]
     batch = photos * 3

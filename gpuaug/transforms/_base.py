@@ -24,9 +24,13 @@ class Sizes:
             uniform, per_image = per_image[0], None
         self.uniform, self.per_image = uniform, per_image
 
-    def __getitem__(self, part: slice) -> Sizes:
-        """The sizes of a slice of the images."""
-        return self if self.per_image is None else Sizes(per_image=self.per_image[part])
+    def __getitem__(self, part: slice | Tensor) -> Sizes:
+        """The sizes of a slice of the images, or of the images at the indices of a CPU tensor."""
+        if self.per_image is None:
+            return self
+        if isinstance(part, Tensor):
+            return Sizes(per_image=[self.per_image[i] for i in part.tolist()])
+        return Sizes(per_image=self.per_image[part])
 
     def map(self, fn) -> Sizes:
         """Apply ``fn((h, w)) -> (h, w)`` to every size."""
