@@ -133,7 +133,7 @@ class Pipeline(nn.Module):
             x = self._geometry(self._stack(_take(items, part), sizes[part]), plan, part)
             for op in self._color_ops:
                 x = op.apply(x, {k: _take(v, part) for k, v in by_op[id(op)].items()})
-            if len(parts) == 1:
+            if len(parts) == 1:  # a slice of everything: the batch's own order
                 out = x
                 break
             if out is None:
@@ -151,7 +151,7 @@ class Pipeline(nn.Module):
         chunk within one group)."""
         step = max(_CPU_CHUNK, frames)
         keys = [k for op in self._color_ops if (k := op.group_key(by_op[id(op)])) is not None]
-        if not keys:
+        if not keys or all(bool((k == k[0]).all()) for k in keys):  # one group: the batch's own order
             return [slice(start, start + step) for start in range(0, n, step)]
         order = torch.arange(n)
         for key in reversed(keys):  # lexicographic: the first op's key sorts last, so it ranks first

@@ -32,6 +32,24 @@ def rgb_to_grayscale(x: Tensor) -> Tensor:
     return r.mul(LUMA[0]).add_(g, alpha=LUMA[1]).add_(b, alpha=LUMA[2]).unsqueeze(1)
 
 
+def gray_rows(weight: Tensor, channels: int) -> Tensor:
+    """``(B, C, C)`` color matrices whose rows are all ``weight[b] * luma``: ``weight`` (``(B,)``
+    float) times the gray image, in every channel. Built from Python scalars, so no constant
+    tensor is copied to the device."""
+    if channels == 1:
+        return weight.view(-1, 1, 1)
+    row = torch.stack([weight * LUMA[0], weight * LUMA[1], weight * LUMA[2]], -1)
+    return row.unsqueeze(1).expand(-1, 3, 3)
+
+
+def gray_mean(x: Tensor) -> Tensor:
+    """``(B,)`` float32 mean of each image's gray image (the luma-weighted channel means)."""
+    means = x.mean(dim=(-2, -1), dtype=torch.float32)
+    if x.shape[1] == 1:
+        return means[:, 0]
+    return means[:, 0] * LUMA[0] + means[:, 1] * LUMA[1] + means[:, 2] * LUMA[2]
+
+
 def blend(x: Tensor, reference: Tensor | float, factor: float | Tensor) -> Tensor:
     """``factor * x + (1 - factor) * reference``, clamped to [0, 1] (torchvision's ``_blend``)."""
     f = per_sample(factor, x)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from ..functional.color import LUMA, adjust_hue, blend, mix_channels, normalize, rgb_to_grayscale
+from ..functional.color import adjust_hue, gray_mean, gray_rows, mix_channels, normalize
 from ._base import Draw, Op, Params, check_probability, setup_range
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -37,12 +37,8 @@ def _blend_one_of(x: Tensor, which: Tensor, factor: Tensor) -> Tensor:
         blends &= which != _SATURATION
     f = torch.where(blends, factor, torch.ones_like(factor)).to(torch.float32)
     keep = 1 - f
-    luma = torch.tensor(LUMA if C == 3 else (1.0,), device=x.device)
-    gray_weight = ((which == _SATURATION) * keep).view(B, 1, 1) * luma  # each row: keep * luma
-    matrix = torch.diag_embed(f.view(B, 1).expand(B, C)) + gray_weight.expand(B, C, C)
-    # The mean of the gray image is the luma-weighted mean of the channel means.
-    mean = x.float().mean(dim=(-2, -1)) @ luma
-    offset = ((which == _CONTRAST) * keep * mean).view(B, 1).expand(B, C)
+    matrix = torch.diag_embed(f.view(B, 1).expand(B, C)) + gray_rows((which == _SATURATION) * keep, C)
+    offset = ((which == _CONTRAST) * keep * gray_mean(x)).view(B, 1).expand(B, C)
     return mix_channels(x, matrix, offset)
 
 
@@ -146,8 +142,10 @@ class RandomGrayscale(ColorOp):
     def apply(self, x: Tensor, params: Params) -> Tensor:
         if x.shape[1] == 1:
             return x
-        # Saturation 0 is exactly the gray image; 1 leaves the sample unchanged.
-        return blend(x, rgb_to_grayscale(x), (~params["gray"]).to(x.dtype))
+        # A gray sample's color matrix has the luma weights in every row; others get the identity.
+        gray = params["gray"].to(torch.float32)
+        matrix = torch.diag_embed((1 - gray).view(-1, 1).expand(-1, 3)) + gray_rows(gray, 3)
+        return mix_channels(x, matrix)
 
 
 class Normalize(ColorOp):
