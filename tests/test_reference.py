@@ -192,6 +192,26 @@ def test_color_jitter_single_adjustment(small_photos, kwargs, reference):
         assert (out[i] - reference(x[i])).abs().max() <= COLOR_TOL
 
 
+@pytest.mark.parametrize("name", ["adjust_brightness", "adjust_contrast", "adjust_saturation", "adjust_hue"])
+def test_functional_color_kernels_per_sample_and_scalar(small_photos, name):
+    x = torch.stack(small_photos * 2)
+    factors = torch.tensor([0.0, 0.3, 0.7, 1.0, 1.2, 1.6, 2.5, 0.9])
+    if name == "adjust_hue":
+        factors = torch.linspace(-0.5, 0.5, 8)
+    ours, reference = getattr(gaF, name), getattr(TF, name)
+    out = ours(x, factors)
+    for i in range(len(x)):
+        assert (out[i] - reference(x[i], float(factors[i]))).abs().max() <= COLOR_TOL
+    assert (ours(x, float(factors[5])) - reference(x, float(factors[5]))).abs().max() <= COLOR_TOL
+    gray = TF.rgb_to_grayscale(x)  # one channel: saturation and hue change nothing, as in torchvision
+    assert (ours(gray, factors) - torch.stack([reference(g, float(f)) for g, f in zip(gray, factors)])).abs().max() <= COLOR_TOL
+
+
+def test_rgb_to_grayscale_kernel(small_photos):
+    x = torch.stack(small_photos)
+    assert (gaF.rgb_to_grayscale(x) - TF.rgb_to_grayscale(x)).abs().max() <= 1e-6
+
+
 def test_adjust_hue_kernel_on_ties_and_grays():
     # Six levels per channel: many pixels have two or three channels equal (ties pick the max
     # channel in torchvision's order) or no chroma at all; every hue sector is hit.

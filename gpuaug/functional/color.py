@@ -16,11 +16,16 @@ from torch import Tensor
 LUMA = (0.2989, 0.587, 0.114)
 
 
-def per_sample(factor: float | Tensor, x: Tensor) -> float | Tensor:
-    """Shape a scalar or ``(B,)`` factor so it broadcasts over ``(B, C, H, W)``."""
+def factors(factor: float | Tensor, x: Tensor) -> Tensor:
+    """A Python number or a ``(B,)`` tensor -> ``(B,)`` float32 on ``x``'s device."""
     if isinstance(factor, Tensor):
-        return factor.to(dtype=x.dtype, device=x.device).view(-1, 1, 1, 1)
-    return factor
+        return factor.to(device=x.device, dtype=torch.float32).reshape(-1).expand(x.shape[0])
+    return torch.full((x.shape[0],), float(factor), device=x.device)
+
+
+def scaled_identity(weight: Tensor, channels: int) -> Tensor:
+    """``(B, C, C)`` color matrices ``weight[b] * I``: each channel scaled by ``weight`` (``(B,)``)."""
+    return torch.diag_embed(weight.view(-1, 1).expand(-1, channels))
 
 
 def rgb_to_grayscale(x: Tensor) -> Tensor:
@@ -50,14 +55,6 @@ def gray_mean(x: Tensor) -> Tensor:
     return means[:, 0] * LUMA[0] + means[:, 1] * LUMA[1] + means[:, 2] * LUMA[2]
 
 
-def blend(x: Tensor, reference: Tensor | float, factor: float | Tensor) -> Tensor:
-    """``factor * x + (1 - factor) * reference``, clamped to [0, 1] (torchvision's ``_blend``)."""
-    f = per_sample(factor, x)
-    if not isinstance(reference, Tensor):
-        return (x * f).clamp_(0, 1) if reference == 0 else (x * f + reference * (1 - f)).clamp_(0, 1)
-    return torch.lerp(reference.expand_as(x), x, f).clamp_(0, 1)
-
-
 def mix_channels(x: Tensor, matrix: Tensor, offset: Tensor | None = None) -> Tensor:
     """Per-sample affine color map, clamped to [0, 1]:
     ``out[b, i] = clamp(sum_j matrix[b, i, j] * x[b, j] + offset[b, i], 0, 1)``.
@@ -77,20 +74,21 @@ def mix_channels(x: Tensor, matrix: Tensor, offset: Tensor | None = None) -> Ten
 
 def adjust_brightness(x: Tensor, factor: float | Tensor) -> Tensor:
     """Multiply by ``factor`` (>= 0) and clamp: 0 gives black, 1 the original."""
-    return blend(x, 0.0, factor)
+    return mix_channels(x, scaled_identity(factors(factor, x), x.shape[1]))
 
 
 def adjust_contrast(x: Tensor, factor: float | Tensor) -> Tensor:
     """Blend with the mean gray level of each image: 0 gives flat gray, 1 the original."""
-    mean = rgb_to_grayscale(x).mean(dim=(-3, -2, -1), keepdim=True)
-    return blend(x, mean, factor)
+    f = factors(factor, x)
+    return mix_channels(x, scaled_identity(f, x.shape[1]), ((1 - f) * gray_mean(x)).view(-1, 1).expand(-1, x.shape[1]))
 
 
 def adjust_saturation(x: Tensor, factor: float | Tensor) -> Tensor:
     """Blend with the per-pixel gray image: 0 gives grayscale, 1 the original. No-op on 1 channel."""
     if x.shape[1] == 1:
         return x.clone()
-    return blend(x, rgb_to_grayscale(x), factor)
+    f = factors(factor, x)
+    return mix_channels(x, scaled_identity(f, 3) + gray_rows(1 - f, 3))
 
 
 def adjust_hue(x: Tensor, factor: float | Tensor) -> Tensor:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from ..functional.color import adjust_hue, gray_mean, gray_rows, mix_channels, normalize
+from ..functional.color import adjust_hue, gray_mean, gray_rows, mix_channels, normalize, scaled_identity
 from ._base import Draw, Op, Params, check_probability, setup_range
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -37,7 +37,7 @@ def _blend_one_of(x: Tensor, which: Tensor, factor: Tensor) -> Tensor:
         blends &= which != _SATURATION
     f = torch.where(blends, factor, torch.ones_like(factor)).to(torch.float32)
     keep = 1 - f
-    matrix = torch.diag_embed(f.view(B, 1).expand(B, C)) + gray_rows((which == _SATURATION) * keep, C)
+    matrix = scaled_identity(f, C) + gray_rows((which == _SATURATION) * keep, C)
     offset = ((which == _CONTRAST) * keep * gray_mean(x)).view(B, 1).expand(B, C)
     return mix_channels(x, matrix, offset)
 
@@ -144,7 +144,7 @@ class RandomGrayscale(ColorOp):
             return x
         # A gray sample's color matrix has the luma weights in every row; others get the identity.
         gray = params["gray"].to(torch.float32)
-        matrix = torch.diag_embed((1 - gray).view(-1, 1).expand(-1, 3)) + gray_rows(gray, 3)
+        matrix = scaled_identity(1 - gray, 3) + gray_rows(gray, 3)
         return mix_channels(x, matrix)
 
 
