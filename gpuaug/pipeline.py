@@ -147,20 +147,19 @@ class Pipeline(nn.Module):
 
     def _cpu_chunks(self, by_op: dict, n: int, frames: int) -> list[slice | Tensor]:
         """The CPU's chunks of the ``n`` images: runs of ``max(_CPU_CHUNK, frames)`` or fewer, as
-        slices in order, or as index tensors grouping samples by the color ops' group keys (each
-        chunk within one group)."""
+        slices in order, or, where the color ops' group keys differ, as index tensors that keep
+        each chunk within one group (samples that take the same color passes)."""
         step = max(_CPU_CHUNK, frames)
         keys = [k for op in self._color_ops if (k := op.group_key(by_op[id(op)])) is not None]
-        if not keys or all(bool((k == k[0]).all()) for k in keys):  # one group: the batch's own order
+        group = torch.unique(torch.stack(keys, 1), dim=0, return_inverse=True)[1] if keys else torch.zeros(n)
+        counts = torch.bincount(group.long()).tolist()
+        if len(counts) == 1:  # one group: the batch's own order
             return [slice(start, start + step) for start in range(0, n, step)]
-        order = torch.arange(n)
-        for key in reversed(keys):  # lexicographic: the first op's key sorts last, so it ranks first
-            order = order[torch.argsort(key[order].cpu(), stable=True)]
-        ranked = torch.stack([k[order].cpu() for k in keys], 1)
-        new_group = torch.ones(n, dtype=torch.bool)
-        new_group[1:] = (ranked[1:] != ranked[:-1]).any(1)
-        starts = new_group.nonzero().flatten().tolist() + [n]
-        return [order[i:min(i + step, end)] for begin, end in zip(starts, starts[1:]) for i in range(begin, end, step)]
+        order, chunks, begin = torch.argsort(group, stable=True), [], 0
+        for count in counts:
+            chunks += [order[i:min(i + step, begin + count)] for i in range(begin, begin + count, step)]
+            begin += count
+        return chunks
 
     def _draw(self, n: int, sizes: Sizes, frames: int) -> list[Params]:
         """Every op's params for ``n`` draws (images, or clips), from the pipeline's generator."""

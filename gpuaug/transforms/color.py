@@ -91,8 +91,7 @@ class ColorJitter(ColorOp):
         the same key run the same passes, which lets the CPU path skip the others."""
         if self.hue is None:
             return None
-        steps, _ = self._steps(params)
-        return (steps == _HUE).float().argmax(1)
+        return _hue_step(self._steps(params)[0])
 
     def apply(self, x: Tensor, params: Params) -> Tensor:
         steps, step_factor = self._steps(params)
@@ -102,7 +101,7 @@ class ColorJitter(ColorOp):
             return x
         # Hue is the costly step: run it once for everyone, the blends drawn before it first and
         # those drawn after it last, so each sample keeps its own order.
-        hue_step = (steps == _HUE).float().argmax(1)
+        hue_step = _hue_step(steps)
         skip = torch.full_like(steps[:, 0], -1)
         for k in range(steps.shape[1] - 1):
             which = torch.where(hue_step > k, steps[:, k], skip)
@@ -114,6 +113,11 @@ class ColorJitter(ColorOp):
             if not _cpu_nothing_to_do(which):
                 x = _blend_one_of(x, which, step_factor[:, k])
         return x
+
+
+def _hue_step(steps: Tensor) -> Tensor:
+    """``(B,)`` where hue falls in each sample's ``(B, n)`` steps: the number of blends before it."""
+    return (steps == _HUE).float().argmax(1)
 
 
 def _cpu_nothing_to_do(which: Tensor) -> bool:
