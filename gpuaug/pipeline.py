@@ -207,7 +207,7 @@ class Pipeline(nn.Module):
                 plan["fill"] = fill_t.to(self.device, non_blocking=True)
         return plan
 
-    def _geometry(self, x: Tensor, plan: dict, part: slice) -> Tensor:
+    def _geometry(self, x: Tensor, plan: dict, part: slice | Tensor) -> Tensor:
         """Images ``part`` of the batch through the planned resampling and warp -> float, contiguous."""
         dt = self.compute_dtype()
         uint8 = x.dtype == torch.uint8
