@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from . import native
 from .device import select_device
 from .functional.geometry import axis_taps, resample_separable, tap_count, warp_affine
 from .transforms._base import Draw, Op, Params, Sizes
@@ -124,13 +125,25 @@ class Pipeline(nn.Module):
 
         # On the CPU, working on a few images at a time keeps the intermediates in cache: with one
         # thread, chunks of 4 ran 378 img/s against 50 for one 64-image pass (2026-12-02; chunks of
-        # 2 and 8 ran alike, 16 collapsed). Chunks hold samples that take the same color passes
-        # (ColorOp.group_key), so a chunk skips the passes none of its samples needs.
-        # The plan (taps, matrices) is built once for the whole batch. On CUDA: one pass.
-        parts = [slice(0, len(items))] if self.device.type == "cuda" else self._cpu_chunks(by_op, len(items), frames)
+        # 2 and 8 ran alike, 16 collapsed). The color ops then run as one fused kernel per chunk
+        # where it is built (gpuaug.native), else as torch kernels on chunks that hold samples
+        # taking the same color passes (ColorOp.group_key), so a chunk skips the passes none of
+        # its samples needs. The plan (taps, matrices) is built once for the whole batch.
+        # On CUDA: one pass, torch kernels.
+        fused = self._fused_color(by_op, len(items), channels)
+        if self.device.type == "cuda":
+            parts = [slice(0, len(items))]
+        else:
+            parts = self._cpu_chunks(by_op, len(items), frames, grouped=fused is None)
         out = None
         for part in parts:
             x = self._geometry(self._stack(_take(items, part), sizes[part]), plan, part)
+            if fused is not None:
+                if out is None:
+                    out = x.new_empty((len(items), *x.shape[1:]))
+                index = torch.arange(*part.indices(len(items))) if isinstance(part, slice) else part
+                native.color_program(x, out, index, *fused)
+                continue
             for op in self._color_ops:
                 x = op.apply(x, {k: _take(v, part) for k, v in by_op[id(op)].items()})
             if len(parts) == 1:  # a slice of everything: the batch's own order
@@ -145,12 +158,32 @@ class Pipeline(nn.Module):
         out = self._finish(out, n, frames if is_clip else 0)
         return (out, params) if return_params else out
 
-    def _cpu_chunks(self, by_op: dict, n: int, frames: int) -> list[slice | Tensor]:
+    def _fused_color(self, by_op: dict, n: int, channels: int) -> tuple | None:
+        """On the CPU in float32, the color ops as per-sample programs for the fused kernel:
+        ``(ops, factors, mean, inv_std)`` for :func:`gpuaug.native.color_program`; ``None`` where
+        an op has no program, the kernel is not built, or the pipeline has no color op."""
+        if self.device.type != "cpu" or self.compute_dtype() != torch.float32 or not self._color_ops:
+            return None
+        normalize = self._color_ops[-1] if isinstance(self._color_ops[-1], Normalize) else None
+        programs = [op.program(by_op[id(op)]) for op in self._color_ops if op is not normalize]
+        if any(p is None for p in programs) or native.color_kernel() is None:
+            return None
+        ops = torch.cat([p[0] for p in programs], 1) if programs else torch.zeros(n, 0, dtype=torch.int32)
+        factors = torch.cat([p[1] for p in programs], 1) if programs else torch.zeros(n, 0)
+        if ops.shape[1] > native.MAX_STEPS:
+            return None
+        mean = inv_std = None
+        if normalize is not None:
+            normalize.check_channels(channels)
+            mean, inv_std = normalize.mean.float(), (1.0 / normalize.std.double()).float()
+        return ops, factors, mean, inv_std
+
+    def _cpu_chunks(self, by_op: dict, n: int, frames: int, grouped: bool = True) -> list[slice | Tensor]:
         """The CPU's chunks of the ``n`` images: runs of ``max(_CPU_CHUNK, frames)`` or fewer, as
-        slices in order, or, where the color ops' group keys differ, as index tensors that keep
-        each chunk within one group (samples that take the same color passes)."""
+        slices in order, or, where ``grouped`` and the color ops' group keys differ, as index
+        tensors that keep each chunk within one group (samples that take the same color passes)."""
         step = max(_CPU_CHUNK, frames)
-        keys = [k for op in self._color_ops if (k := op.group_key(by_op[id(op)])) is not None]
+        keys = [k for op in self._color_ops if grouped and (k := op.group_key(by_op[id(op)])) is not None]
         group = torch.unique(torch.stack(keys, 1), dim=0, return_inverse=True)[1] if keys else torch.zeros(n)
         counts = torch.bincount(group.long()).tolist()
         if len(counts) == 1:  # one group: the batch's own order

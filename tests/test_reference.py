@@ -21,15 +21,21 @@ def run(ops, images, **kw):
     return ga.Pipeline(*ops, device="cpu", seed=kw.pop("seed", 0), **kw)(images, return_params=True)
 
 
-@pytest.fixture(params=["cpu chunks", "one pass"])
+@pytest.fixture(params=["cpu fused", "cpu chunks", "one pass"])
 def batch_path(request, monkeypatch):
-    """Run a test twice: as the CPU runs a batch (chunks grouped by color passes, each image's read
-    area cropped, empty color passes skipped) and as CUDA does (the whole batch in one pass)."""
+    """Run a test three ways: as the CPU runs a batch (chunks, each image's read area cropped, the
+    color ops as one fused C kernel); the same with torch color kernels (chunks grouped by color
+    passes, empty passes skipped: the CPU's path where no C compiler is found); and as CUDA does
+    (the whole batch in one pass, torch kernels)."""
+    if request.param == "cpu fused" and ga.native.color_kernel() is None:
+        pytest.skip("the fused CPU color kernel could not be built here")
+    if request.param != "cpu fused":
+        monkeypatch.setenv("GPUAUG_NATIVE", "0")
     if request.param == "one pass":
         import gpuaug.pipeline as pipeline_module
         import gpuaug.transforms.color as color_module
 
-        monkeypatch.setattr(pipeline_module.Pipeline, "_cpu_chunks", lambda self, by_op, n, frames: [slice(0, n)])
+        monkeypatch.setattr(pipeline_module.Pipeline, "_cpu_chunks", lambda self, by_op, n, frames, grouped=True: [slice(0, n)])
         monkeypatch.setattr(pipeline_module, "_crop_to_taps", lambda x, rows, cols, dtype: (x, rows, cols))
         monkeypatch.setattr(color_module, "_cpu_nothing_to_do", lambda which: False)
     return request.param
@@ -185,7 +191,7 @@ COLOR_CASES = [
 
 
 @pytest.mark.parametrize("kwargs,reference", COLOR_CASES)
-def test_color_jitter_single_adjustment(small_photos, kwargs, reference):
+def test_color_jitter_single_adjustment(small_photos, kwargs, reference, batch_path):
     x = torch.stack(small_photos)
     out = ga.Pipeline(ga.ColorJitter(**kwargs), device="cpu")(x)
     for i in range(len(x)):
@@ -224,7 +230,14 @@ def test_adjust_hue_kernel_on_ties_and_grays():
         assert (out[i] - TF.adjust_hue(x[i], float(factors[i]))).abs().max() <= 1e-5
 
 
-def test_color_jitter_per_sample_order_and_factors(small_photos):
+def test_hue_on_ties_and_grays_through_the_pipeline(batch_path):
+    x = torch.randint(0, 6, (8, 3, 32, 32), generator=torch.Generator().manual_seed(0)).float() / 5
+    for factor in (-0.5, -0.2, 0.0, 1 / 3, 0.5):
+        out = ga.Pipeline(ga.ColorJitter(hue=(factor, factor)), device="cpu")(x)
+        assert (out - TF.adjust_hue(x, factor)).abs().max() <= 1e-5
+
+
+def test_color_jitter_per_sample_order_and_factors(small_photos, batch_path):
     x = torch.stack(small_photos * 8)
     out, params = run([ga.ColorJitter(0.4, 0.4, 0.4, 0.1)], x, seed=2)
     p = params[0]
@@ -238,7 +251,7 @@ def test_color_jitter_per_sample_order_and_factors(small_photos):
         assert (out[i] - ref).abs().max() <= COLOR_TOL
 
 
-def test_color_jitter_subset_keeps_per_sample_order(small_photos):
+def test_color_jitter_subset_keeps_per_sample_order(small_photos, batch_path):
     x = torch.stack(small_photos * 4)
     out, params = run([ga.ColorJitter(contrast=0.5, hue=0.2)], x, seed=4)
     p = params[0]
@@ -253,7 +266,7 @@ def test_color_jitter_subset_keeps_per_sample_order(small_photos):
         assert (out[i] - ref).abs().max() <= COLOR_TOL
 
 
-def test_grayscale_p1_and_one_channel_images(small_photos):
+def test_grayscale_p1_and_one_channel_images(small_photos, batch_path):
     x = torch.stack(small_photos)
     out = ga.Pipeline(ga.RandomGrayscale(1.0), device="cpu")(x)
     for i in range(len(x)):
@@ -269,7 +282,7 @@ def test_grayscale_p1_and_one_channel_images(small_photos):
         assert (out[i] - ref).abs().max() <= COLOR_TOL
 
 
-def test_normalize(small_photos):
+def test_normalize(small_photos, batch_path):
     x = torch.stack(small_photos)
     out = ga.Pipeline(ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD), device="cpu")(x)
     assert (out - TF.normalize(x, list(ga.IMAGENET_MEAN), list(ga.IMAGENET_STD))).abs().max() < 1e-5

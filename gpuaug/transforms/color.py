@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from ..functional.color import adjust_hue, gray_mean, gray_rows, mix_channels, normalize, scaled_identity
+from ..native import OP_BRIGHTNESS, OP_CONTRAST, OP_HUE, OP_NONE, OP_SATURATION
 from ._base import Draw, Op, Params, check_probability, setup_range
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -24,6 +25,12 @@ class ColorOp(Op):
 
     def group_key(self, params: Params) -> Tensor | None:
         """``(B,)`` ints, equal for samples that take the same passes; ``None`` if all do."""
+        return None
+
+    def program(self, params: Params) -> tuple[Tensor, Tensor] | None:
+        """This op as per-sample steps of the fused CPU kernel (:mod:`gpuaug.native`):
+        ``(B, S)`` int32 op codes and ``(B, S)`` float32 factors, run left to right; ``None`` if
+        the op cannot be written so (the pipeline then uses :meth:`apply`)."""
         return None
 
 
@@ -86,6 +93,11 @@ class ColorJitter(ColorOp):
         steps = keys.argsort(1)[:, : sum(enabled)]
         return steps, factors.gather(1, steps)
 
+    def program(self, params: Params) -> tuple[Tensor, Tensor]:
+        steps, step_factor = self._steps(params)
+        codes = torch.tensor([OP_BRIGHTNESS, OP_CONTRAST, OP_SATURATION, OP_HUE], dtype=torch.int32)
+        return codes.to(steps.device)[steps], step_factor.to(torch.float32)
+
     def group_key(self, params: Params) -> Tensor | None:
         """``(B,)`` how many blends each sample runs before hue (``None`` without hue): samples with
         the same key run the same passes, which lets the CPU path skip the others."""
@@ -143,6 +155,12 @@ class RandomGrayscale(ColorOp):
     def make_params(self, draw: Draw) -> Params:
         return {"gray": draw.bernoulli(self.p)}
 
+    def program(self, params: Params) -> tuple[Tensor, Tensor]:
+        # Grayscale is saturation 0: clamp(0 * x + 1 * gray) is the gray image exactly.
+        gray = params["gray"].view(-1, 1) != 0
+        codes = torch.where(gray, OP_SATURATION, OP_NONE).to(torch.int32)
+        return codes, torch.zeros(gray.shape, device=gray.device)
+
     def apply(self, x: Tensor, params: Params) -> Tensor:
         if x.shape[1] == 1:
             return x
@@ -172,7 +190,10 @@ class Normalize(ColorOp):
     def extra_repr(self) -> str:
         return f"mean={[round(v, 4) for v in self.mean.tolist()]}, std={[round(v, 4) for v in self.std.tolist()]}"
 
+    def check_channels(self, channels: int) -> None:
+        if channels != self.mean.numel():
+            raise ValueError(f"Normalize has {self.mean.numel()} channels of mean/std, images have {channels}")
+
     def apply(self, x: Tensor, params: Params) -> Tensor:
-        if x.shape[1] != self.mean.numel():
-            raise ValueError(f"Normalize has {self.mean.numel()} channels of mean/std, images have {x.shape[1]}")
+        self.check_channels(x.shape[1])
         return normalize(x, self.mean, self.std)

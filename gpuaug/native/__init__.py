@@ -1,0 +1,150 @@
+"""Optional fused CPU kernels, compiled from C on first use and called through ``ctypes``.
+
+On the CPU, torch runs each elementwise op as its own pass over memory: a ColorJitter with hue
+takes about forty of them per image. ``color.c`` runs every color op of a pipeline, per sample, in
+one pass (one more per contrast step). It is plain C99 with no header beyond libm, so building it
+takes the system C compiler about a second, once per machine: the library is cached under
+``$GPUAUG_CACHE_DIR`` (default ``~/.cache/gpuaug``), keyed by the source, the compiler and the CPU.
+
+Where no compiler works (or ``GPUAUG_NATIVE=0``), :func:`color_kernel` returns ``None`` after one
+warning, and the pipeline uses its torch kernels, which give the same results (both are tested
+against torchvision). CUDA never uses this module.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+OP_NONE, OP_BRIGHTNESS, OP_CONTRAST, OP_SATURATION, OP_HUE = range(5)
+MAX_STEPS = 64  # color.c's limit on steps per sample
+
+_SOURCE = Path(__file__).with_name("color.c")
+# No -ffast-math: results stay IEEE. Without trapping math and errno, gcc vectorizes the
+# branch-free selects and floorf of the hue step (5x faster on AVX2/AVX-512).
+_FLAGS = ["-O3", "-std=c99", "-shared", "-fPIC", "-fno-trapping-math", "-fno-math-errno"]
+_NATIVE_FLAGS = ["-march=native"]  # the library is built on, and cached for, this machine's CPU
+_state: dict = {}
+
+
+def color_kernel():
+    """The compiled ``gpuaug_color`` function, or ``None`` where it cannot be built or is disabled
+    (``GPUAUG_NATIVE=0``). Built once per process (and cached on disk across processes)."""
+    if os.environ.get("GPUAUG_NATIVE", "1").strip().lower() in ("0", "false", "no", "off"):
+        return None
+    if "color" not in _state:
+        _state["color"] = _load()
+    return _state["color"]
+
+
+def _load():
+    try:
+        lib = ctypes.CDLL(str(_build()))
+    except (OSError, subprocess.SubprocessError, RuntimeError) as exc:
+        warnings.warn(f"gpuaug: could not build the fused CPU color kernel ({exc}); using torch kernels, "
+                      "which are slower on the CPU. Set GPUAUG_NATIVE=0 to silence this.", RuntimeWarning, stacklevel=3)
+        return None
+    fn = lib.gpuaug_color
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    fn.argtypes = [ptr, i64, i64, i64, ptr, ptr, ptr, ptr, i64, ptr, ptr]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("model name", "flags", "Features")):
+                return line
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _build() -> Path:
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if compiler is None:
+        raise RuntimeError("no C compiler found (set CC)")
+    source = _SOURCE.read_bytes()
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
+    key = hashlib.sha256(b"\0".join(s.encode() if isinstance(s, str) else s for s in
+                                    (source, compiler, version, _cpu_name(), platform.machine(), *_FLAGS))).hexdigest()[:16]
+    cache = Path(os.environ.get("GPUAUG_CACHE_DIR") or Path.home() / ".cache" / "gpuaug")
+    target = cache / f"color-{key}.so"
+    if target.exists():
+        return target
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        cache = Path(tempfile.gettempdir())
+        target = cache / target.name
+    # Build under a unique name and rename: processes of one job may build at the same time.
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=cache)
+    os.close(fd)
+    try:
+        errors = ""
+        for extra in (_NATIVE_FLAGS, []):  # -march=native is not known to every compiler
+            done = subprocess.run([compiler, *_FLAGS, *extra, str(_SOURCE), "-o", tmp, "-lm"],
+                                  capture_output=True, text=True, timeout=120)
+            if done.returncode == 0:
+                os.replace(tmp, target)
+                return target
+            errors = done.stderr.strip()[-500:]
+        raise RuntimeError(f"{compiler} failed: {errors}")
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def color_program(x: Tensor, out: Tensor, index: Tensor, ops: Tensor, factors: Tensor,
+                  mean: Tensor | None = None, inv_std: Tensor | None = None) -> None:
+    """Run per-sample color programs over ``x`` and write the results into rows of ``out``.
+
+    Args:
+        x: ``(n, C, h, w)`` float32 CPU images in [0, 1], C in {1, 3}.
+        out: ``(N, C, h, w)`` float32 CPU, contiguous; image ``i`` is written to ``out[index[i]]``.
+        index: ``(n,)`` int64, rows of ``out`` and of the programs, each in ``[0, N)``.
+        ops: ``(N, S)`` int32 op codes (``OP_*``), run left to right; ``factors``: ``(N, S)`` float32.
+        mean, inv_std: ``(C,)`` float32 for a final ``(x - mean) * inv_std``, or ``None``.
+
+    Raises:
+        RuntimeError: where the kernel is not available (see :func:`color_kernel`).
+        ValueError, TypeError: on arguments it does not take.
+    """
+    fn = color_kernel()
+    if fn is None:
+        raise RuntimeError("the fused CPU color kernel is not available")
+    n, C, h, w = x.shape
+    N, S = ops.shape
+    for name, t, dtype in (("x", x, torch.float32), ("out", out, torch.float32), ("index", index, torch.int64),
+                           ("ops", ops, torch.int32), ("factors", factors, torch.float32)):
+        if t.dtype != dtype or t.device.type != "cpu":
+            raise TypeError(f"{name} should be a {dtype} CPU tensor, got {t.dtype} on {t.device}")
+    if C not in (1, 3) or out.shape != (N, C, h, w) or factors.shape != (N, S) or index.shape != (n,):
+        raise ValueError(f"shapes do not match: x {tuple(x.shape)}, out {tuple(out.shape)}, index {tuple(index.shape)}, "
+                         f"ops {tuple(ops.shape)}, factors {tuple(factors.shape)}")
+    if S > MAX_STEPS:
+        raise ValueError(f"at most {MAX_STEPS} color steps per sample, got {S}")
+    if n and (int(index.min()) < 0 or int(index.max()) >= N):
+        raise ValueError(f"index should be in [0, {N}), got values from {int(index.min())} to {int(index.max())}")
+    if not out.is_contiguous():
+        raise ValueError("out should be contiguous")
+    if (mean is None) != (inv_std is None) or (mean is not None and (mean.shape != (C,) or inv_std.shape != (C,))):
+        raise ValueError(f"mean and inv_std should both be ({C},) float32 tensors or both None")
+    x, index, ops, factors = x.contiguous(), index.contiguous(), ops.contiguous(), factors.contiguous()
+    if mean is not None:
+        mean, inv_std = mean.float().contiguous(), inv_std.float().contiguous()
+    rc = fn(x.data_ptr(), n, C, h * w, out.data_ptr(), index.data_ptr(), ops.data_ptr(), factors.data_ptr(), S,
+            None if mean is None else mean.data_ptr(), None if inv_std is None else inv_std.data_ptr())
+    if rc != 0:
+        raise ValueError(f"the color kernel refused its arguments (code {rc})")

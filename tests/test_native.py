@@ -1,0 +1,89 @@
+"""The fused CPU color kernel's own contract: argument checks, the fallback where it cannot be
+built, and agreement with the torch kernels on programs the pipeline never writes. Its results
+against torchvision are checked in test_reference.py (the ``cpu fused`` runs)."""
+
+import pytest
+import torch
+
+import gpuaug as ga
+from gpuaug import native
+from gpuaug.functional import color as gaF
+
+needs_kernel = pytest.mark.skipif(native.color_kernel() is None, reason="no C compiler here")
+
+
+def _args(n=2, C=3, S=2):
+    x = torch.rand(n, C, 8, 8, generator=torch.Generator().manual_seed(0))
+    out = torch.empty(n, C, 8, 8)
+    ops = torch.full((n, S), native.OP_BRIGHTNESS, dtype=torch.int32)
+    return x, out, torch.arange(n), ops, torch.full((n, S), 0.5)
+
+
+@needs_kernel
+def test_program_steps_match_the_torch_kernels():
+    x = torch.rand(4, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    # Two contrast steps in one program (two ColorJitters): each takes the mean of its own input.
+    ops = torch.tensor([[2, 4, 2, 3, 1]] * 4, dtype=torch.int32)
+    factors = torch.tensor([[1.7, 0.3, 0.4, 1.5, 1.2]] * 4)
+    out = torch.empty_like(x)
+    native.color_program(x, out, torch.tensor([3, 1, 0, 2]), ops, factors)
+    ref = gaF.adjust_brightness(gaF.adjust_saturation(gaF.adjust_contrast(gaF.adjust_hue(
+        gaF.adjust_contrast(x, 1.7), 0.3), 0.4), 1.5), 1.2)
+    assert (out[[3, 1, 0, 2]] - ref).abs().max() < 1e-5
+
+
+@needs_kernel
+@pytest.mark.parametrize("change,message", [
+    (lambda a: a.__setitem__(0, a[0].double()), "x should be a torch.float32"),
+    (lambda a: a.__setitem__(3, a[3].long()), "ops should be a torch.int32"),
+    (lambda a: a.__setitem__(1, torch.empty(2, 3, 4, 4)), "shapes do not match"),
+    (lambda a: a.__setitem__(2, torch.tensor([0, 2])), r"index should be in \[0, 2\)"),
+    (lambda a: a.__setitem__(0, torch.rand(2, 2, 8, 8)), "shapes do not match"),
+    (lambda a: a.__setitem__(1, torch.empty(2, 8, 8, 3).permute(0, 3, 1, 2)), "out should be contiguous"),
+])
+def test_bad_arguments_are_refused_before_the_call(change, message):
+    args = list(_args())
+    change(args)
+    with pytest.raises((TypeError, ValueError), match=message):
+        native.color_program(*args)
+
+
+@needs_kernel
+def test_too_many_steps_are_refused():
+    x, out, index, _, _ = _args()
+    ops = torch.zeros(2, native.MAX_STEPS + 1, dtype=torch.int32)
+    with pytest.raises(ValueError, match="at most 64 color steps"):
+        native.color_program(x, out, index, ops, torch.zeros(2, native.MAX_STEPS + 1))
+
+
+def test_disabled_by_environment(monkeypatch):
+    monkeypatch.setenv("GPUAUG_NATIVE", "0")
+    assert native.color_kernel() is None
+    with pytest.raises(RuntimeError, match="not available"):
+        native.color_program(*_args())
+
+
+def test_no_compiler_warns_once_and_the_pipeline_falls_back(monkeypatch, tmp_path, photos):
+    monkeypatch.setattr(native, "_state", {})
+    monkeypatch.setenv("GPUAUG_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    with pytest.warns(RuntimeWarning, match="could not build the fused CPU color kernel"):
+        assert native.color_kernel() is None
+    pipe = ga.Pipeline(ga.RandomResizedCrop(64), ga.ColorJitter(0.4, 0.4, 0.4, 0.1), device="cpu", seed=3)
+    out = pipe(photos)
+    monkeypatch.setattr(native, "_state", {})
+    monkeypatch.delenv("CC")
+    if native.color_kernel() is not None:  # the fused kernel gives the same result
+        assert (pipe.manual_seed(3)(photos) - out).abs().max() < 1e-5
+
+
+@needs_kernel
+def test_build_is_cached_on_disk(monkeypatch, tmp_path):
+    monkeypatch.setattr(native, "_state", {})
+    monkeypatch.setenv("GPUAUG_CACHE_DIR", str(tmp_path))
+    assert native.color_kernel() is not None
+    built = sorted(p.name for p in tmp_path.iterdir())
+    assert len(built) == 1 and built[0].startswith("color-") and built[0].endswith(".so")
+    monkeypatch.setattr(native, "_state", {})
+    assert native.color_kernel() is not None
+    assert sorted(p.name for p in tmp_path.iterdir()) == built  # reused, no temp files left
