@@ -137,7 +137,10 @@ class Pipeline(nn.Module):
             parts = self._cpu_chunks(by_op, len(items), frames, grouped=fused is None)
         out = None
         for part in parts:
-            x = self._geometry(self._stack(_take(items, part), sizes[part]), plan, part)
+            chunk = _take(items, part)
+            if not (isinstance(chunk, list) and _crops_in_place(chunk, plan, self.device)):
+                chunk = self._stack(chunk, sizes[part])
+            x = self._geometry(chunk, plan, part)
             if fused is not None:
                 if out is None:
                     out = x.new_empty((len(items), *x.shape[1:]))
@@ -240,21 +243,23 @@ class Pipeline(nn.Module):
                 plan["fill"] = fill_t.to(self.device, non_blocking=True)
         return plan
 
-    def _geometry(self, x: Tensor, plan: dict, part: slice | Tensor) -> Tensor:
-        """Images ``part`` of the batch through the planned resampling and warp -> float, contiguous."""
+    def _geometry(self, x: Tensor | list[Tensor], plan: dict, part: slice | Tensor) -> Tensor:
+        """Images ``part`` of the batch (one tensor, or on the CPU a list that
+        :func:`_crops_in_place` accepts) through the planned resampling and warp -> float, contiguous."""
         dt = self.compute_dtype()
-        uint8 = x.dtype == torch.uint8
+        uint8 = x[0].dtype == torch.uint8 if isinstance(x, list) else x.dtype == torch.uint8
         if plan["rows"] is None:
             x = x.to(dt)
             if uint8:
                 x = x.mul_(1 / 255)
         else:
             (ri, rw), (ci, cw) = plan["rows"], plan["cols"]
-            H, W = x.shape[-2:]  # this part's padded size: taps past it have zero weight
+            # This part's (padded) size: taps past it have zero weight.
+            H, W = (max(t.shape[-2] for t in x), max(t.shape[-1] for t in x)) if isinstance(x, list) else x.shape[-2:]
             rows = (_take(ri, part).clamp(max=H - 1), _take(rw, part))
             # uint8 -> [0, 1] rides on the column weights: one pass less over the images.
             cols = (_take(ci, part).clamp(max=W - 1), _take(cw, part) * (1 / 255 if uint8 else 1))
-            if x.device.type == "cpu":
+            if isinstance(x, list) or x.device.type == "cpu":
                 x, rows, cols = _crop_to_taps(x, rows, cols, dt)
             x = resample_separable(x, rows, cols, dt)
         if plan["warp"] is not None:
@@ -342,20 +347,38 @@ class Pipeline(nn.Module):
         return out
 
 
-def _crop_to_taps(x: Tensor, rows: tuple[Tensor, Tensor], cols: tuple[Tensor, Tensor], dtype: torch.dtype):
+def _crops_in_place(chunk: list[Tensor], plan: dict, device: torch.device) -> bool:
+    """True where :func:`_crop_to_taps` can read a ragged chunk as it is, unpadded: on the CPU,
+    with a resampling stage, every image already there."""
+    return device.type == "cpu" and plan["rows"] is not None and all(t.device.type == "cpu" for t in chunk)
+
+
+def _crop_to_taps(x: Tensor | list[Tensor], rows: tuple[Tensor, Tensor], cols: tuple[Tensor, Tensor],
+                  dtype: torch.dtype):
     """CPU only: copy (and convert to ``dtype``) just the part of each image its taps read, into
     one ``(B, C, h', w')`` tensor (the largest such part in the batch), and shift the taps to it.
     A crop reads ~half of the image on average, and every later pass of the resampling scales
-    with its width. Reads the taps' values, which syncs with nothing on the CPU."""
+    with its width. ``x`` is a ``(B, C, H, W)`` tensor or a list of ``(C, H_i, W_i)`` images (read
+    unpadded; where the part is larger than an image, the rest is zero, as padding would be).
+    Reads the taps' values, which syncs with nothing on the CPU."""
     (ri, rw), (ci, cw) = rows, cols
-    B, C, H, W = x.shape
+    heights = torch.tensor([t.shape[-2] for t in x] if isinstance(x, list) else [x.shape[-2]] * len(x))
+    widths = torch.tensor([t.shape[-1] for t in x] if isinstance(x, list) else [x.shape[-1]] * len(x))
+    # Taps past an image's own edge have zero weight: pointing them at its last pixel keeps every
+    # tap inside the part copied.
+    ri, ci = torch.minimum(ri, (heights - 1).view(-1, 1, 1)), torch.minimum(ci, (widths - 1).view(-1, 1, 1))
     r0, r1 = ri.amin((1, 2)), ri.amax((1, 2)) + 1
     c0, c1 = ci.amin((1, 2)), ci.amax((1, 2)) + 1
     h, w = int((r1 - r0).max()), int((c1 - c0).max())
-    r0, c0 = r0.clamp(max=H - h), c0.clamp(max=W - w)
-    out = torch.empty(B, C, h, w, dtype=dtype)
+    r0, c0 = torch.minimum(r0, (heights - h).clamp(min=0)), torch.minimum(c0, (widths - w).clamp(min=0))
+    out = torch.empty(len(x), x[0].shape[0], h, w, dtype=dtype)
     for b, (top, left) in enumerate(zip(r0.tolist(), c0.tolist())):
-        out[b].copy_(x[b, :, top:top + h, left:left + w])
+        part = x[b][:, top:top + h, left:left + w]
+        ph, pw = part.shape[-2:]
+        out[b, :, :ph, :pw].copy_(part)
+        if ph < h or pw < w:
+            out[b, :, ph:].zero_()
+            out[b, :, :ph, pw:].zero_()
     return out, (ri - r0.view(-1, 1, 1), rw), (ci - c0.view(-1, 1, 1), cw)
 
 

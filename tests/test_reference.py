@@ -37,6 +37,7 @@ def batch_path(request, monkeypatch):
 
         monkeypatch.setattr(pipeline_module.Pipeline, "_cpu_chunks", lambda self, by_op, n, frames, grouped=True: [slice(0, n)])
         monkeypatch.setattr(pipeline_module, "_crop_to_taps", lambda x, rows, cols, dtype: (x, rows, cols))
+        monkeypatch.setattr(pipeline_module, "_crops_in_place", lambda chunk, plan, device: False)
         monkeypatch.setattr(color_module, "_cpu_nothing_to_do", lambda which: False)
     return request.param
 
