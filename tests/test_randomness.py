@@ -87,11 +87,17 @@ def test_a_list_of_clips_of_different_sizes(small_photos, photos):
     assert torch.allclose(out[1], alone[0], atol=1e-5)
 
 
-def test_uint8_and_float_input_agree(photos):
+def test_uint8_and_float_input_agree(photos, monkeypatch):
     pipe = ga.Pipeline(*FULL(), device="cpu", seed=4)
     out, params = pipe(photos, return_params=True)
     out_f = pipe([to_float(p) for p in photos], params=params)
-    assert torch.allclose(out, out_f, atol=1e-4)
+    # On the CPU a uint8 crop is resized by torchvision's uint8 kernel (integers, within 1/255 of
+    # the float result); the color ops and Normalize (1 / std < 4.5) scale that difference.
+    assert (out - out_f).abs().max() <= 2 / 255 / min(ga.IMAGENET_STD)
+    import gpuaug.pipeline as pipeline_module
+
+    monkeypatch.setattr(pipeline_module, "crop_boxes", lambda *args: None)  # float resampling for both
+    assert torch.allclose(pipe(photos, params=params), out_f, atol=1e-4)
 
 
 def test_output_dtype_layout_and_range(photos):
