@@ -169,7 +169,7 @@ class Pipeline(nn.Module):
             return None
         normalize = self._color_ops[-1] if isinstance(self._color_ops[-1], Normalize) else None
         programs = [op.program(by_op[id(op)]) for op in self._color_ops if op is not normalize]
-        if any(p is None for p in programs) or native.color_kernel() is None:
+        if any(p is None for p in programs) or not native.available():
             return None
         ops = torch.cat([p[0] for p in programs], 1) if programs else torch.zeros(n, 0, dtype=torch.int32)
         factors = torch.cat([p[1] for p in programs], 1) if programs else torch.zeros(n, 0)

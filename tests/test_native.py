@@ -9,7 +9,7 @@ import gpuaug as ga
 from gpuaug import native
 from gpuaug.functional import color as gaF
 
-needs_kernel = pytest.mark.skipif(native.color_kernel() is None, reason="no C compiler here")
+needs_kernel = pytest.mark.skipif(not native.available(), reason="no C compiler here")
 
 
 def _args(n=2, C=3, S=2):
@@ -58,7 +58,7 @@ def test_too_many_steps_are_refused():
 
 def test_disabled_by_environment(monkeypatch):
     monkeypatch.setenv("GPUAUG_NATIVE", "0")
-    assert native.color_kernel() is None
+    assert not native.available()
     with pytest.raises(RuntimeError, match="not available"):
         native.color_program(*_args())
 
@@ -67,13 +67,13 @@ def test_no_compiler_warns_once_and_the_pipeline_falls_back(monkeypatch, tmp_pat
     monkeypatch.setattr(native, "_state", {})
     monkeypatch.setenv("GPUAUG_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
-    with pytest.warns(RuntimeWarning, match="could not build the fused CPU color kernel"):
-        assert native.color_kernel() is None
+    with pytest.warns(RuntimeWarning, match="could not build the fused CPU kernels"):
+        assert not native.available()
     pipe = ga.Pipeline(ga.RandomResizedCrop(64), ga.ColorJitter(0.4, 0.4, 0.4, 0.1), device="cpu", seed=3)
     out = pipe(photos)
     monkeypatch.setattr(native, "_state", {})
     monkeypatch.delenv("CC")
-    if native.color_kernel() is not None:  # the fused kernel gives the same result
+    if native.available():  # the fused kernel gives the same result
         assert (pipe.manual_seed(3)(photos) - out).abs().max() < 1e-5
 
 
@@ -81,9 +81,9 @@ def test_no_compiler_warns_once_and_the_pipeline_falls_back(monkeypatch, tmp_pat
 def test_build_is_cached_on_disk(monkeypatch, tmp_path):
     monkeypatch.setattr(native, "_state", {})
     monkeypatch.setenv("GPUAUG_CACHE_DIR", str(tmp_path))
-    assert native.color_kernel() is not None
+    assert native.available()
     built = sorted(p.name for p in tmp_path.iterdir())
-    assert len(built) == 1 and built[0].startswith("color-") and built[0].endswith(".so")
+    assert len(built) == 1 and built[0].startswith("kernels-") and built[0].endswith(".so")
     monkeypatch.setattr(native, "_state", {})
-    assert native.color_kernel() is not None
+    assert native.available()
     assert sorted(p.name for p in tmp_path.iterdir()) == built  # reused, no temp files left

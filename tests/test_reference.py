@@ -28,7 +28,7 @@ def batch_path(request, monkeypatch):
     the color ops as one fused C kernel); the same with torch color kernels (chunks grouped by
     color passes, empty passes skipped: the CPU's path where no C compiler is found); and as CUDA
     does (the whole batch in one pass, float resampling, torch kernels)."""
-    if request.param == "cpu fused" and ga.native.color_kernel() is None:
+    if request.param == "cpu fused" and not ga.native.available():
         pytest.skip("the fused CPU color kernel could not be built here")
     if request.param != "cpu fused":
         monkeypatch.setenv("GPUAUG_NATIVE", "0")
