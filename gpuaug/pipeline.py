@@ -27,6 +27,11 @@ class Pipeline(nn.Module):
     one bilinear pass at output resolution, as torchvision rotates the resized image. Color ops
     then run at output resolution in the order given, and ``Normalize`` last.
 
+    On the CPU the same results come by other means (see ``_geometry`` and ``_fused_color``):
+    uint8 crops that are plain crop + resize go through torchvision's own uint8 resize kernel
+    (rounded to integers, as torchvision's), and the color ops through one fused C kernel
+    (:mod:`gpuaug.native`) where a C compiler is present.
+
     Args:
         *ops: gpuaug ops (``RandomResizedCrop``, ``RandomRotation``, ``ColorJitter``, ...).
         device: where to compute; ``None`` asks :func:`gpuaug.select_device`.
