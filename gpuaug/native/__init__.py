@@ -68,13 +68,14 @@ def _load():
 
 
 def _cpu_name() -> str:
+    """The CPU's model and feature flags: -march=native code from one CPU may not run on another
+    (a cache on a shared home directory), and VMs often report a generic model name."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("model name", "flags", "Features")):
-                return line
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        pass
-    return platform.processor()
+        return platform.processor()
+    keys = ("model name", "flags", "Features", "CPU implementer", "CPU part")
+    return "\n".join(dict.fromkeys(line for line in lines if line.startswith(keys)))
 
 
 def _build() -> Path:
