@@ -180,15 +180,18 @@ def test_rotation_fill_per_channel(small_photos):
     assert out[:, 0, 0].tolist() == pytest.approx([0.2, 0.5, 0.9], abs=1e-4)
 
 
-def test_rotation_per_sample_after_crop_and_flip(photos, batch_path):
-    ops = [ga.RandomResizedCrop(160), ga.RandomHorizontalFlip(), ga.RandomRotation(25)]
-    out, (crop, flip, rot) = run(ops, photos * 2, seed=11)
-    disc = central_disc(160, 160)
-    for i, img in enumerate(photos * 2):
-        ref = resized_crop_reference(img, *(int(crop[k][i]) for k in ("top", "left", "height", "width")), [160, 160],
+def test_rotation_per_sample_after_crop_and_flips(photos, batch_path):
+    ops = [ga.RandomResizedCrop((160, 128)), ga.RandomHorizontalFlip(), ga.RandomVerticalFlip(), ga.RandomRotation(25)]
+    out, (crop, hflip, vflip, rot) = run(ops, photos * 3, seed=11)
+    assert 0 < int((hflip["flip"] & vflip["flip"]).sum()) and 0 < int((hflip["flip"] ^ vflip["flip"]).sum())
+    disc = central_disc(160, 128)
+    for i, img in enumerate(photos * 3):
+        ref = resized_crop_reference(img, *(int(crop[k][i]) for k in ("top", "left", "height", "width")), [160, 128],
                                      batch_path)
-        if flip["flip"][i]:
+        if hflip["flip"][i]:
             ref = TF.horizontal_flip(ref)
+        if vflip["flip"][i]:
+            ref = TF.vertical_flip(ref)
         ref = TF.rotate(ref, float(rot["angle"][i]), interpolation=InterpolationMode.BILINEAR, fill=0)
         assert (out[i] - ref).abs().amax(0)[disc].max() < 1e-4
 
