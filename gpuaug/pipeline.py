@@ -261,8 +261,8 @@ class Pipeline(nn.Module):
         warp = None if plan["warp"] is None else _take(plan["warp"], part)
         if plan["boxes"] is not None and uint8 and (isinstance(x, list) or x.device.type == "cpu"):
             # CPU, uint8, every sample a plain crop (+ flip) resized: torchvision's own uint8
-            # kernel per image, 3-5x faster here than resampling in float. Results are rounded to
-            # integers there, as torchvision's are on uint8 (within 0.5/255 of the float path).
+            # kernel per image, 3-5x faster here than resampling in float. Results are integers,
+            # as torchvision's are on uint8 (fixed-point weights: within 1/255 of the float path).
             (top, height, flip_y), (left, width, flip_x) = ([_take(t, part) for t in axis] for axis in plan["boxes"])
             x = resized_crops(x, top.tolist(), left.tolist(), height.tolist(), width.tolist(), plan["size"])
             if warp is not None:  # flips ride on the warp: mirror its source coordinates
@@ -374,8 +374,9 @@ class Pipeline(nn.Module):
 
 
 def _crops_in_place(chunk: list[Tensor], plan: dict, device: torch.device) -> bool:
-    """True where :func:`_crop_to_taps` can read a ragged chunk as it is, unpadded: on the CPU,
-    with a resampling stage, every image already there."""
+    """True where the CPU's resampling (:func:`_crop_to_taps`, or :func:`resized_crops` for plain
+    crops) can read a ragged chunk as it is, unpadded: on the CPU, with a resampling stage, every
+    image already there."""
     return device.type == "cpu" and plan["rows"] is not None and all(t.device.type == "cpu" for t in chunk)
 
 
