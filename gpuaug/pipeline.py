@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from . import native
+from . import cpu, native
 from .device import select_device
 from .functional.geometry import axis_taps, crop_boxes, resample_separable, resized_crops, tap_count, warp_affine
 from .transforms._base import Draw, Op, Params, Sizes
@@ -15,7 +15,6 @@ from .transforms.color import ColorOp, Normalize
 from .transforms.geometry import AxisMap, GeometricOp, RandomRotation
 
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-_CPU_CHUNK = 4
 
 
 class Pipeline(nn.Module):
@@ -27,7 +26,7 @@ class Pipeline(nn.Module):
     one bilinear pass at output resolution, as torchvision rotates the resized image. Color ops
     then run at output resolution in the order given, and ``Normalize`` last.
 
-    On the CPU the same results come by other means (see ``_geometry`` and ``_fused_color``):
+    On the CPU the same results come by other means (see :mod:`gpuaug.cpu`):
     uint8 crops that are plain crop + resize go through torchvision's own uint8 resize kernel
     (rounded to integers, as torchvision's), and the color ops through one fused C kernel
     (:mod:`gpuaug.native`) where a C compiler is present.
@@ -128,22 +127,20 @@ class Pipeline(nn.Module):
         channels = items[0].shape[0] if isinstance(items, list) else items.shape[1]
         plan = self._plan(sizes, by_op, len(items), channels)
 
-        # On the CPU, working on a few images at a time keeps the intermediates in cache: with one
-        # thread, chunks of 4 ran 378 img/s against 50 for one 64-image pass (2026-12-02; chunks of
-        # 2 and 8 ran alike, 16 collapsed). The color ops then run as one fused kernel per chunk
-        # where it is built (gpuaug.native), else as torch kernels on chunks that hold samples
-        # taking the same color passes (ColorOp.group_key), so a chunk skips the passes none of
-        # its samples needs. The plan (taps, matrices) is built once for the whole batch.
-        # On CUDA: one pass, torch kernels.
-        fused = self._fused_color(by_op, len(items), channels)
-        if self.device.type == "cuda":
-            parts = [slice(0, len(items))]
-        else:
-            parts = self._cpu_chunks(by_op, len(items), frames, grouped=fused is None)
+        # The plan (taps, matrices) is built once for the whole batch. On CUDA: one pass, torch
+        # kernels. On the CPU (gpuaug.cpu): chunks of a few images that stay in cache, and the
+        # color ops as one fused C kernel per chunk where it is built (gpuaug.native).
+        own = cpu.own_path(self.device)
+        fused = None
+        if own and self.compute_dtype() == torch.float32:
+            normalize = self._color_ops[-1] if self._color_ops and isinstance(self._color_ops[-1], Normalize) else None
+            fused = cpu.fused_color_program(self._color_ops, normalize, by_op, len(items), channels)
+        parts = cpu.chunks(self._color_ops, by_op, len(items), frames, grouped=fused is None) if own else [
+            slice(0, len(items))]
         out = None
         for part in parts:
             chunk = _take(items, part)
-            if not (isinstance(chunk, list) and _crops_in_place(chunk, plan, self.device)):
+            if not (isinstance(chunk, list) and own and cpu.reads_in_place(chunk, plan)):
                 chunk = self._stack(chunk, sizes[part])
             x = self._geometry(chunk, plan, part)
             if fused is not None:
@@ -165,42 +162,6 @@ class Pipeline(nn.Module):
                 out[part] = x
         out = self._finish(out, n, frames if is_clip else 0)
         return (out, params) if return_params else out
-
-    def _fused_color(self, by_op: dict, n: int, channels: int) -> tuple | None:
-        """On the CPU in float32, the color ops as per-sample programs for the fused kernel:
-        ``(ops, factors, mean, inv_std)`` for :func:`gpuaug.native.color_program`; ``None`` where
-        an op has no program, the kernel is not built, or the pipeline has no color op."""
-        if self.device.type != "cpu" or self.compute_dtype() != torch.float32 or not self._color_ops:
-            return None
-        normalize = self._color_ops[-1] if isinstance(self._color_ops[-1], Normalize) else None
-        programs = [op.program(by_op[id(op)]) for op in self._color_ops if op is not normalize]
-        if any(p is None for p in programs) or not native.available():
-            return None
-        ops = torch.cat([p[0] for p in programs], 1) if programs else torch.zeros(n, 0, dtype=torch.int32)
-        factors = torch.cat([p[1] for p in programs], 1) if programs else torch.zeros(n, 0)
-        if ops.shape[1] > native.MAX_STEPS:
-            return None
-        mean = inv_std = None
-        if normalize is not None:
-            normalize.check_channels(channels)
-            mean, inv_std = normalize.mean.float(), (1.0 / normalize.std.double()).float()
-        return ops, factors, mean, inv_std
-
-    def _cpu_chunks(self, by_op: dict, n: int, frames: int, grouped: bool = True) -> list[slice | Tensor]:
-        """The CPU's chunks of the ``n`` images: runs of ``max(_CPU_CHUNK, frames)`` or fewer, as
-        slices in order, or, where ``grouped`` and the color ops' group keys differ, as index
-        tensors that keep each chunk within one group (samples that take the same color passes)."""
-        step = max(_CPU_CHUNK, frames)
-        keys = [k for op in self._color_ops if grouped and (k := op.group_key(by_op[id(op)])) is not None]
-        group = torch.unique(torch.stack(keys, 1), dim=0, return_inverse=True)[1] if keys else torch.zeros(n)
-        counts = torch.bincount(group.long()).tolist()
-        if len(counts) == 1:  # one group: the batch's own order
-            return [slice(start, start + step) for start in range(0, n, step)]
-        order, chunks, begin = torch.argsort(group, stable=True), [], 0
-        for count in counts:
-            chunks += [order[i:min(i + step, begin + count)] for i in range(begin, begin + count, step)]
-            begin += count
-        return chunks
 
     def _draw(self, n: int, sizes: Sizes, frames: int) -> list[Params]:
         """Every op's params for ``n`` draws (images, or clips), from the pipeline's generator."""
@@ -235,7 +196,7 @@ class Pipeline(nn.Module):
             plan["rows"] = axis_taps(ymap.scale, ymap.offset, ymap.window, ymap.valid, h, H, tap_count(zoom_y, aa), aa)
             plan["cols"] = axis_taps(xmap.scale, xmap.offset, xmap.window, xmap.valid, w, W, tap_count(zoom_x, aa), aa)
             plan["size"] = (h, w)
-            if self.device.type == "cpu" and aa:  # plain crops: torchvision's uint8 kernel (see _geometry)
+            if cpu.own_path(self.device) and aa:  # plain crops: torchvision's uint8 kernel (see _geometry)
                 ys, xs = crop_boxes(ymap.scale, ymap.offset, ymap.window, ymap.valid, h), crop_boxes(
                     xmap.scale, xmap.offset, xmap.window, xmap.valid, w)
                 plan["boxes"] = (ys, xs) if ys is not None and xs is not None else None
@@ -255,7 +216,8 @@ class Pipeline(nn.Module):
 
     def _geometry(self, x: Tensor | list[Tensor], plan: dict, part: slice | Tensor) -> Tensor:
         """Images ``part`` of the batch (one tensor, or on the CPU a list that
-        :func:`_crops_in_place` accepts) through the planned resampling and warp -> float, contiguous."""
+        :func:`gpuaug.cpu.reads_in_place` accepts) through the planned resampling and warp -> float,
+        contiguous."""
         dt = self.compute_dtype()
         uint8 = x[0].dtype == torch.uint8 if isinstance(x, list) else x.dtype == torch.uint8
         warp = None if plan["warp"] is None else _take(plan["warp"], part)
@@ -285,8 +247,8 @@ class Pipeline(nn.Module):
             rows = (_take(ri, part).clamp(max=H - 1), _take(rw, part))
             # uint8 -> [0, 1] rides on the column weights: one pass less over the images.
             cols = (_take(ci, part).clamp(max=W - 1), _take(cw, part) * (1 / 255 if uint8 else 1))
-            if isinstance(x, list) or x.device.type == "cpu":
-                x, rows, cols = _crop_to_taps(x, rows, cols, dt)
+            if isinstance(x, list) or cpu.own_path(x.device):
+                x, rows, cols = cpu.crop_to_taps(x, rows, cols, dt)
             x = resample_separable(x, rows, cols, dt)
         if warp is not None:
             x = warp_affine(x, warp, plan["fill"])
@@ -371,42 +333,6 @@ class Pipeline(nn.Module):
                                      f"{n} (one per sample), got {getattr(v, 'shape', type(v).__name__)}")
             out.append({k: v.to(self.device, non_blocking=True) for k, v in p.items()})
         return out
-
-
-def _crops_in_place(chunk: list[Tensor], plan: dict, device: torch.device) -> bool:
-    """True where the CPU's resampling (:func:`_crop_to_taps`, or :func:`resized_crops` for plain
-    crops) can read a ragged chunk as it is, unpadded: on the CPU, with a resampling stage, every
-    image already there."""
-    return device.type == "cpu" and plan["rows"] is not None and all(t.device.type == "cpu" for t in chunk)
-
-
-def _crop_to_taps(x: Tensor | list[Tensor], rows: tuple[Tensor, Tensor], cols: tuple[Tensor, Tensor],
-                  dtype: torch.dtype):
-    """CPU only: copy (and convert to ``dtype``) just the part of each image its taps read, into
-    one ``(B, C, h', w')`` tensor (the largest such part in the batch), and shift the taps to it.
-    A crop reads ~half of the image on average, and every later pass of the resampling scales
-    with its width. ``x`` is a ``(B, C, H, W)`` tensor or a list of ``(C, H_i, W_i)`` images (read
-    unpadded; where the part is larger than an image, the rest is zero, as padding would be).
-    Reads the taps' values, which syncs with nothing on the CPU."""
-    (ri, rw), (ci, cw) = rows, cols
-    heights = torch.tensor([t.shape[-2] for t in x] if isinstance(x, list) else [x.shape[-2]] * len(x))
-    widths = torch.tensor([t.shape[-1] for t in x] if isinstance(x, list) else [x.shape[-1]] * len(x))
-    # Taps past an image's own edge have zero weight: pointing them at its last pixel keeps every
-    # tap inside the part copied.
-    ri, ci = torch.minimum(ri, (heights - 1).view(-1, 1, 1)), torch.minimum(ci, (widths - 1).view(-1, 1, 1))
-    r0, r1 = ri.amin((1, 2)), ri.amax((1, 2)) + 1
-    c0, c1 = ci.amin((1, 2)), ci.amax((1, 2)) + 1
-    h, w = int((r1 - r0).max()), int((c1 - c0).max())
-    r0, c0 = torch.minimum(r0, (heights - h).clamp(min=0)), torch.minimum(c0, (widths - w).clamp(min=0))
-    out = torch.empty(len(x), x[0].shape[0], h, w, dtype=dtype)
-    for b, (top, left) in enumerate(zip(r0.tolist(), c0.tolist())):
-        part = x[b][:, top:top + h, left:left + w]
-        ph, pw = part.shape[-2:]
-        out[b, :, :ph, :pw].copy_(part)
-        if ph < h or pw < w:
-            out[b, :, ph:].zero_()
-            out[b, :, :ph, pw:].zero_()
-    return out, (ri - r0.view(-1, 1, 1), rw), (ci - c0.view(-1, 1, 1), cw)
 
 
 def _take(items: list | Tensor, part: slice | Tensor) -> list | Tensor:

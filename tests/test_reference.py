@@ -33,14 +33,7 @@ def batch_path(request, monkeypatch):
     if request.param != "cpu fused":
         monkeypatch.setenv("GPUAUG_NATIVE", "0")
     if request.param == "one pass":
-        import gpuaug.pipeline as pipeline_module
-        import gpuaug.transforms.color as color_module
-
-        monkeypatch.setattr(pipeline_module.Pipeline, "_cpu_chunks", lambda self, by_op, n, frames, grouped=True: [slice(0, n)])
-        monkeypatch.setattr(pipeline_module, "_crop_to_taps", lambda x, rows, cols, dtype: (x, rows, cols))
-        monkeypatch.setattr(pipeline_module, "_crops_in_place", lambda chunk, plan, device: False)
-        monkeypatch.setattr(pipeline_module, "crop_boxes", lambda *args: None)
-        monkeypatch.setattr(color_module, "_cpu_nothing_to_do", lambda which: False)
+        monkeypatch.setattr(ga.cpu, "OWN_PATH", False)
     return request.param
 
 

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from ..functional.color import adjust_hue, gray_mean, gray_rows, mix_channels, normalize, scaled_identity
+from ..cpu import own_path
 from ..native import OP_BRIGHTNESS, OP_CONTRAST, OP_HUE, OP_NONE, OP_SATURATION
 from ._base import Draw, Op, Params, check_probability, setup_range
 
@@ -134,9 +135,9 @@ def _hue_step(steps: Tensor) -> Tensor:
 
 def _cpu_nothing_to_do(which: Tensor) -> bool:
     """True when ``which`` is on the CPU and asks no sample for a blend. Reading CPU values syncs
-    with nothing, and a skipped pass is ~1/8 of ColorJitter's CPU time; on other devices this is
-    always False, so the per-batch path never waits on the device."""
-    return which.device.type == "cpu" and bool((which < 0).all())
+    with nothing, and a skipped pass is ~1/8 of ColorJitter's CPU time (torch kernels); on other
+    devices this is always False, so the per-batch path never waits on the device."""
+    return own_path(which.device) and bool((which < 0).all())
 
 
 class RandomGrayscale(ColorOp):
