@@ -87,3 +87,21 @@ def test_build_is_cached_on_disk(monkeypatch, tmp_path):
     monkeypatch.setattr(native, "_state", {})
     assert native.available()
     assert sorted(p.name for p in tmp_path.iterdir()) == built  # reused, no temp files left
+
+
+@pytest.mark.parametrize("native_on", [True, False])
+def test_channels_last_equals_torchs_copy(monkeypatch, native_on):
+    if not native_on:
+        monkeypatch.setenv("GPUAUG_NATIVE", "0")
+    elif not native.available():
+        pytest.skip("no C compiler here")
+    g = torch.Generator().manual_seed(0)
+    batch = torch.randint(0, 256, (2, 3, 37, 53), dtype=torch.uint8, generator=g)
+    decoded = torch.randint(0, 256, (37, 53, 3), dtype=torch.uint8, generator=g).permute(2, 0, 1)  # as decode_jpeg
+    gray = torch.randint(0, 256, (1, 37, 53), dtype=torch.uint8, generator=g)
+    for image in (batch[1], batch[1, :, 5:30, 7:50], decoded, decoded[:, 3:20, 4:40], gray[:, 2:9, 1:5]):
+        out = native.channels_last(image)
+        assert out.shape == (1, *image.shape) and out.is_contiguous(memory_format=torch.channels_last)
+        assert torch.equal(out[0], image)
+    with pytest.raises(TypeError, match="uint8 CPU image"):
+        native.channels_last(batch[0].float())

@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..native import channels_last
+
 
 def tap_count(max_scale: float, antialias: bool = True) -> int:
     """Taps per output pixel that cover the filter at any scale up to ``max_scale`` (host int)."""
@@ -145,7 +147,7 @@ def resized_crops(images: Tensor | list[Tensor], top: list[int], left: list[int]
     """
     outs = []
     for img, t, l, h, w in zip(images, top, left, height, width):
-        crop = img[None, :, t:t + h, l:l + w].contiguous(memory_format=torch.channels_last)
+        crop = channels_last(img[:, t:t + h, l:l + w])
         outs.append(F.interpolate(crop, size=size, mode="bilinear", antialias=True, align_corners=False))
     return torch.cat(outs)
 
