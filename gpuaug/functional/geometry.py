@@ -200,14 +200,17 @@ def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor | None = None) -> Tensor
     xs = torch.linspace(-1 + 1 / W, 1 - 1 / W, W, device=x.device, dtype=x.dtype)  # pixel centers
     ys = torch.linspace(-1 + 1 / H, 1 - 1 / H, H, device=x.device, dtype=x.dtype)
     transposed = x.stride(-2) == 1 and x.stride(-1) != 1
+    # gx, gy computed contiguous, then copied into the interleaved grid: elementwise ops on the
+    # grid's strided halves ran 5-7x slower on the CPU (0.11 against 0.017 ms for an abs, 4x224x224).
+    gx = torch.add(m[:, 0, 0].view(B, 1, 1) * xs, (m[:, 0, 1].view(B, 1) * ys + m[:, 0, 2].view(B, 1)).unsqueeze(-1))
+    gy = torch.add(m[:, 1, 0].view(B, 1, 1) * xs, (m[:, 1, 1].view(B, 1) * ys + m[:, 1, 2].view(B, 1)).unsqueeze(-1))
     grid = torch.empty(B, H, W, 2, device=x.device, dtype=x.dtype)
-    gx, gy = (grid[..., 1], grid[..., 0]) if transposed else (grid[..., 0], grid[..., 1])
-    torch.add(m[:, 0, 0].view(B, 1, 1) * xs, (m[:, 0, 1].view(B, 1) * ys + m[:, 0, 2].view(B, 1)).unsqueeze(-1), out=gx)
-    torch.add(m[:, 1, 0].view(B, 1, 1) * xs, (m[:, 1, 1].view(B, 1) * ys + m[:, 1, 2].view(B, 1)).unsqueeze(-1), out=gy)
+    grid[..., 1 if transposed else 0].copy_(gx)
+    grid[..., 0 if transposed else 1].copy_(gy)
     src = x.transpose(-1, -2) if transposed else x
     out = F.grid_sample(src, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
-    mask = gx.abs().mul_(-W / 2).add_(0.5 + W / 2).clamp_(0, 1)
-    mask *= gy.abs().mul_(-H / 2).add_(0.5 + H / 2).clamp_(0, 1)
+    mask = gx.abs_().mul_(-W / 2).add_(0.5 + W / 2).clamp_(0, 1)
+    mask *= gy.abs_().mul_(-H / 2).add_(0.5 + H / 2).clamp_(0, 1)
     mask = mask.unsqueeze(1)
     if fill is None:
         return out.mul_(mask).to(out_dtype)
