@@ -41,3 +41,16 @@ def test_loader_bench_quick(tmp_path, capsys):
     assert len(rows) == 2 and rows[0]["x_worker_capacity"] == 1.0
     assert rows[1]["worker_images_per_s"] > rows[0]["worker_images_per_s"]  # decoding alone is cheaper
     assert "worker img/s" in capsys.readouterr().out
+
+
+def test_profile_pipeline_script_on_the_cpu(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "profile_pipeline.py"
+    spec = importlib.util.spec_from_file_location("profile_pipeline", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(["--device", "cpu", "--batch", "4", "--calls", "1", "--rows", "5"])
+    text = capsys.readouterr().out
+    assert "profile_pipeline: cpu batch 4" in text and "img/s" in text and "aten::" in text
