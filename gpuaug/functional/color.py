@@ -24,8 +24,8 @@ def factors(factor: float | Tensor, x: Tensor) -> Tensor:
 
 
 def scaled_identity(weight: Tensor, channels: int) -> Tensor:
-    """``(B, C, C)`` color matrices ``weight[b] * I``: each channel scaled by ``weight`` (``(B,)``)."""
-    return torch.diag_embed(weight.view(-1, 1).expand(-1, channels))
+    """``(..., C, C)`` color matrices ``weight * I``: each channel scaled by ``weight`` (``(...,)``)."""
+    return torch.diag_embed(weight.unsqueeze(-1).expand(*weight.shape, channels))
 
 
 def rgb_to_grayscale(x: Tensor) -> Tensor:
@@ -38,13 +38,13 @@ def rgb_to_grayscale(x: Tensor) -> Tensor:
 
 
 def gray_rows(weight: Tensor, channels: int) -> Tensor:
-    """``(B, C, C)`` color matrices whose rows are all ``weight[b] * luma``: ``weight`` (``(B,)``
+    """``(..., C, C)`` color matrices whose rows are all ``weight * luma``: ``weight`` (``(...,)``
     float) times the gray image, in every channel. Built from Python scalars, so no constant
     tensor is copied to the device."""
     if channels == 1:
-        return weight.view(-1, 1, 1)
+        return weight[..., None, None]
     row = torch.stack([weight * LUMA[0], weight * LUMA[1], weight * LUMA[2]], -1)
-    return row.unsqueeze(1).expand(-1, 3, 3)
+    return row.unsqueeze(-2).expand(*weight.shape, 3, 3)
 
 
 def gray_mean(x: Tensor) -> Tensor:

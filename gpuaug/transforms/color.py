@@ -35,18 +35,36 @@ class ColorOp(Op):
         return None
 
 
-def _blend_one_of(x: Tensor, which: Tensor, factor: Tensor) -> Tensor:
-    """Per sample, brightness (``which`` 0), contrast (1), saturation (2) or nothing (else) by
-    ``factor``. All three are ``f * x + (1 - f) * reference`` with a reference of 0, the image's
-    mean gray or its gray image: one per-sample color matrix (:func:`mix_channels`) for the batch."""
-    B, C = x.shape[:2]
+def _blend_matrices(which: Tensor, factor: Tensor, channels: int, dtype: torch.dtype):
+    """Color matrices for blend passes, all at once: per sample and pass, brightness (``which``
+    0), contrast (1), saturation (2) or nothing (else) by ``factor``. All three are
+    ``f * x + (1 - f) * reference`` with a reference of 0, the image's mean gray or its gray image.
+
+    Args:
+        which, factor: ``(B, S)``, one column per pass.
+
+    Returns:
+        ``matrix`` ``(B, S, C, C)`` in ``dtype`` (:func:`mix_channels`'s matrix for each pass) and
+        ``mean_weight`` ``(B, S, C)`` float32: a pass's offset is ``mean_weight`` times the channel
+        means of its input, summed (``(1 - f)`` times the mean gray for contrast, else 0).
+    """
     blends = (which >= _BRIGHTNESS) & (which <= _SATURATION)
-    if C == 1:  # saturation does nothing to one channel, as in torchvision
+    if channels == 1:  # saturation does nothing to one channel, as in torchvision
         blends &= which != _SATURATION
-    f = torch.where(blends, factor, torch.ones_like(factor)).to(torch.float32)
+    f = torch.where(blends, factor.to(torch.float32), 1.0)
     keep = 1 - f
-    matrix = scaled_identity(f, C) + gray_rows((which == _SATURATION) * keep, C)
-    offset = ((which == _CONTRAST) * keep * gray_mean(x)).view(B, 1).expand(B, C)
+    matrix = scaled_identity(f, channels) + gray_rows((which == _SATURATION) * keep, channels)
+    mean_weight = gray_rows((which == _CONTRAST) * keep, channels)[..., 0, :]
+    return matrix.to(dtype), mean_weight
+
+
+def _blend(x: Tensor, matrix: Tensor, mean_weight: Tensor | None) -> Tensor:
+    """One blend pass with a column of :func:`_blend_matrices` (``mean_weight`` None: no sample
+    takes contrast in it)."""
+    offset = None
+    if mean_weight is not None:
+        means = x.mean(dim=(-2, -1), dtype=torch.float32)
+        offset = (mean_weight * means).sum(1, keepdim=True).expand(-1, x.shape[1])
     return mix_channels(x, matrix, offset)
 
 
@@ -107,24 +125,29 @@ class ColorJitter(ColorOp):
         return _hue_step(self._steps(params)[0])
 
     def apply(self, x: Tensor, params: Params) -> Tensor:
-        steps, step_factor = self._steps(params)
+        steps, factor = self._steps(params)
+        n = steps.shape[1]
         if self.hue is None:
-            for k in range(steps.shape[1]):
-                x = _blend_one_of(x, steps[:, k], step_factor[:, k])
-            return x
-        # Hue is the costly step: run it once for everyone, the blends drawn before it first and
-        # those drawn after it last, so each sample keeps its own order.
-        hue_step = _hue_step(steps)
-        skip = torch.full_like(steps[:, 0], -1)
-        for k in range(steps.shape[1] - 1):
-            which = torch.where(hue_step > k, steps[:, k], skip)
-            if not _cpu_nothing_to_do(which):
-                x = _blend_one_of(x, which, step_factor[:, k])
-        x = adjust_hue(x, params["hue"])
-        for k in range(1, steps.shape[1]):
-            which = torch.where(hue_step < k, steps[:, k], skip)
-            if not _cpu_nothing_to_do(which):
-                x = _blend_one_of(x, which, step_factor[:, k])
+            which, hue_at = steps, None
+        else:
+            # Hue is the costly step: run it once for everyone, the blends drawn before it first
+            # and those drawn after it last, so each sample keeps its own order: passes 0..n-2
+            # hold each sample's blends before its hue, passes n-1..2n-3 those after (-1: none).
+            hue_at = _hue_step(steps).view(-1, 1)
+            k = torch.arange(n, device=steps.device)
+            which = torch.cat([torch.where(hue_at > k[:-1], steps[:, :-1], -1),
+                               torch.where(hue_at < k[1:], steps[:, 1:], -1)], 1)
+            factor = torch.cat([factor[:, :-1], factor[:, 1:]], 1)
+        # Every pass's color matrix at once: a handful of small ops for the batch, not per pass.
+        matrix, mean_weight = _blend_matrices(which, factor, x.shape[1], x.dtype)
+        contrast = self.contrast is not None
+        for j in range(which.shape[1]):
+            if hue_at is not None and j == n - 1:
+                x = adjust_hue(x, params["hue"])
+            if not _cpu_nothing_to_do(which[:, j]):
+                x = _blend(x, matrix[:, j], mean_weight[:, j] if contrast else None)
+        if hue_at is not None and n == 1:  # hue alone
+            x = adjust_hue(x, params["hue"])
         return x
 
 
