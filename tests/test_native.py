@@ -64,6 +64,7 @@ def test_disabled_by_environment(monkeypatch):
 
 
 def test_no_compiler_warns_once_and_the_pipeline_falls_back(monkeypatch, tmp_path, photos):
+    monkeypatch.delenv("GPUAUG_NATIVE", raising=False)
     monkeypatch.setattr(native, "_state", {})
     monkeypatch.setenv("GPUAUG_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
