@@ -22,6 +22,7 @@ import ctypes
 import hashlib
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -86,8 +87,9 @@ def _build() -> Path:
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if compiler is None:
         raise RuntimeError("no C compiler found (set CC)")
+    command = shlex.split(compiler)  # CC may carry flags, as in make ("gcc -m64")
     sources = [p.read_bytes() for p in _SOURCES]
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
+    version = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=30).stdout
     key = hashlib.sha256(b"\0".join(s.encode() if isinstance(s, str) else s for s in
                                     (*sources, compiler, version, _cpu_name(), platform.machine(), *_FLAGS))).hexdigest()[:16]
     cache = Path(os.environ.get("GPUAUG_CACHE_DIR") or Path.home() / ".cache" / "gpuaug")
@@ -105,7 +107,7 @@ def _build() -> Path:
     try:
         errors = ""
         for extra in (_NATIVE_FLAGS, []):  # -march=native is not known to every compiler
-            done = subprocess.run([compiler, *_FLAGS, *extra, *map(str, _SOURCES), "-o", tmp, "-lm"],
+            done = subprocess.run([*command, *_FLAGS, *extra, *map(str, _SOURCES), "-o", tmp, "-lm"],
                                   capture_output=True, text=True, timeout=120)
             if done.returncode == 0:
                 os.replace(tmp, target)
