@@ -321,3 +321,23 @@ def test_full_pipeline_per_sample_against_torchvision_chain(photos, batch_path):
         ref = TF.normalize(ref, list(ga.IMAGENET_MEAN), list(ga.IMAGENET_STD))
         err = (out[i] - ref).abs().amax(0)
         assert err[disc].max() <= COLOR_TOL / min(ga.IMAGENET_STD)
+
+
+def test_crop_boxes_find_plain_crops_only(photos, monkeypatch):
+    """The CPU's uint8 path takes only maps that are a plain crop resized (+ flip)."""
+    import gpuaug.pipeline as pipeline_module
+
+    found, original = [], pipeline_module.crop_boxes
+    monkeypatch.setattr(pipeline_module, "crop_boxes", lambda *args: found.append(original(*args)) or found[-1])
+    img = photos[1]  # 400 x 600
+    _, params = run([ga.RandomResizedCrop(96), ga.RandomHorizontalFlip(1.0)], [img], seed=2)
+    (top, height, flip_y), (left, width, flip_x) = found[-2], found[-1]
+    p = params[0]
+    assert [int(top), int(left), int(height), int(width)] == [int(p[k][0]) for k in ("top", "left", "height", "width")]
+    assert bool(flip_x) and not bool(flip_y)
+    run([ga.Resize((100, 150))], [img])
+    assert [int(t) for t in found[-2][:2]] == [0, 400] and [int(t) for t in found[-1][:2]] == [0, 600]
+    run([ga.Resize(256), ga.CenterCrop(224)], [img])  # a crop of a resized image: not a plain crop
+    assert found[-2] is None
+    run([ga.CenterCrop(700)], [img])  # padding: not a plain crop either
+    assert found[-2] is None and found[-1] is None
