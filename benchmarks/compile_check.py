@@ -20,6 +20,7 @@ def main() -> None:
     parser.add_argument("--device", default=None)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--mode", default=None, help="torch.compile mode, e.g. reduce-overhead (CUDA graphs)")
     args = parser.parse_args()
     ga.keep_freed_memory()
     device = ga.select_device(args.device)
@@ -29,7 +30,7 @@ def main() -> None:
     pipe = gpuaug_pipeline(device)
     eager_out, params = pipe(x, return_params=True)
     start = time.perf_counter()
-    compiled = torch.compile(pipe)
+    compiled = torch.compile(pipe, mode=args.mode)
     out = compiled(x, params=params)
     first = time.perf_counter() - start
     diff = (out.float() - eager_out.float()).abs().max().item()
@@ -48,7 +49,7 @@ def main() -> None:
         return statistics.median(times)
 
     eager_s, compiled_s = median(lambda: pipe(x)), median(lambda: compiled(x))
-    print(f"device {device}, batch {args.batch}, torch {torch.__version__}")
+    print(f"device {device}, batch {args.batch}, torch {torch.__version__}, mode {args.mode or 'default'}")
     print(f"compile + first call: {first:.1f} s; max |compiled - eager| on replayed params: {diff:.2e}")
     print(f"eager    {args.batch / eager_s:10.1f} img/s")
     print(f"compiled {args.batch / compiled_s:10.1f} img/s  ({eager_s / compiled_s:.2f}x)")

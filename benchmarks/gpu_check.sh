@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The one device check, for a session that is lent a GPU (device tool, one call, ~4 minutes; the
-# timeouts below bound it at 9): CUDA tests, the GPU benchmark, torch.compile's effect and a
+# The one device check, for a session that is lent a GPU (device tool, one call, ~4-5 minutes;
+# the timeouts below bound it at 10): CUDA tests, the GPU benchmark, torch.compile's effect and a
 # kernel profile of the pipeline, everything written under $OUT.
 # Run from the repository root:  bash benchmarks/gpu_check.sh
 # The device image has torch, torchvision, scikit-image, tqdm and matplotlib but no kornia and no
@@ -38,8 +38,10 @@ echo "== GPU benchmark (cuda rows, and cpu rows for the per-sample torchvision r
 timeout 240 $PY -m gpuaug bench --device cuda --device cpu --batch-sizes 64 256 --repeats 5 --no-progress \
   --json "$OUT/bench_gpu.json" --plot "$OUT/bench_gpu.png" 2>&1 | tee "$OUT/bench_gpu.txt" | tail -n 16
 
-echo "== torch.compile on CUDA (batch 256)"
-timeout 90 $PY benchmarks/compile_check.py --device cuda --batch 256 2>&1 | tee "$OUT/compile_gpu.txt" | tail -n 6
+echo "== torch.compile on CUDA (batch 256): default, then reduce-overhead (CUDA graphs: is eager launch-bound?)"
+timeout 75 $PY benchmarks/compile_check.py --device cuda --batch 256 2>&1 | tee "$OUT/compile_gpu.txt" | tail -n 5
+timeout 75 $PY benchmarks/compile_check.py --device cuda --batch 256 --mode reduce-overhead 2>&1 \
+  | tee "$OUT/compile_gpu_graphs.txt" | tail -n 5
 
 echo "== where the CUDA pipeline's time goes (batch 256)"
 timeout 45 $PY benchmarks/profile_pipeline.py --device cuda --batch 256 2>&1 | tee "$OUT/profile_gpu.txt" | tail -n 28
