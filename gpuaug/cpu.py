@@ -114,7 +114,8 @@ def fused_color_program(color_ops, normalize, by_op: dict, n: int, channels: int
 def reads_in_place(chunk: list[Tensor], plan: dict) -> bool:
     """True where the resampling (:func:`crop_to_taps`, or ``resized_crops`` for plain crops) can
     read a ragged chunk as it is, unpadded: there is a resampling stage, every image on the CPU."""
-    return plan["rows"] is not None and all(t.device.type == "cpu" for t in chunk)
+    resamples = plan["rows"] is not None or plan["boxes"] is not None
+    return resamples and all(t.device.type == "cpu" for t in chunk)
 
 
 def crop_to_taps(x: Tensor | list[Tensor], rows: tuple[Tensor, Tensor], cols: tuple[Tensor, Tensor],

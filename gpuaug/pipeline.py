@@ -124,8 +124,9 @@ class Pipeline(nn.Module):
             params = self._check_params(params, n)
         frame_params = [{k: v.repeat_interleave(frames, 0) for k, v in p.items()} if frames > 1 else p for p in params]
         by_op = {id(op): p for op, p in zip(self.ops, frame_params)}
-        channels = items[0].shape[0] if isinstance(items, list) else items.shape[1]
-        plan = self._plan(sizes, by_op, len(items), channels)
+        first = items[0] if isinstance(items, list) else items
+        channels = first.shape[-3]
+        plan = self._plan(sizes, by_op, len(items), channels, uint8=first.dtype == torch.uint8)
 
         # The plan (taps, matrices) is built once for the whole batch. On CUDA: one pass, torch
         # kernels. On the CPU (gpuaug.cpu): chunks of a few images that stay in cache, and the
@@ -173,9 +174,11 @@ class Pipeline(nn.Module):
                 sizes = op.output_sizes(sizes)
         return params
 
-    def _plan(self, sizes: Sizes, by_op: dict, n: int, channels: int) -> dict:
+    def _plan(self, sizes: Sizes, by_op: dict, n: int, channels: int, uint8: bool) -> dict:
         """Per-sample sampling taps (crop/resize/flip) and warp matrix (rotation and the flips
-        after it) for the whole batch, from the params; ``None`` for a stage with no op."""
+        after it) for the whole batch, from the params; ``None`` for a stage with no op. On the
+        CPU, uint8 images whose maps are all plain crops (+ flips) get crop boxes instead of taps
+        (torchvision's uint8 kernel, see ``_geometry``)."""
         plan = {"rows": None, "cols": None, "boxes": None, "size": None, "warp": None, "fill": None}
         s = sizes
         if self._resample_ops or sizes.uniform is None:
@@ -193,13 +196,14 @@ class Pipeline(nn.Module):
                     f"CenterCrop or Resize((h, w))); this one gives sizes {sorted(set(s.per_image))[:4]}...")
             aa = all(getattr(op, "antialias", True) for op in self._resample_ops)
             (h, w), (H, W) = s.uniform, sizes.max()
-            plan["rows"] = axis_taps(ymap.scale, ymap.offset, ymap.window, ymap.valid, h, H, tap_count(zoom_y, aa), aa)
-            plan["cols"] = axis_taps(xmap.scale, xmap.offset, xmap.window, xmap.valid, w, W, tap_count(zoom_x, aa), aa)
             plan["size"] = (h, w)
-            if cpu.own_path(self.device) and aa:  # plain crops: torchvision's uint8 kernel (see _geometry)
+            if cpu.own_path(self.device) and aa and uint8:
                 ys, xs = crop_boxes(ymap.scale, ymap.offset, ymap.window, ymap.valid, h), crop_boxes(
                     xmap.scale, xmap.offset, xmap.window, xmap.valid, w)
                 plan["boxes"] = (ys, xs) if ys is not None and xs is not None else None
+            if plan["boxes"] is None:
+                plan["rows"] = axis_taps(ymap.scale, ymap.offset, ymap.window, ymap.valid, h, H, tap_count(zoom_y, aa), aa)
+                plan["cols"] = axis_taps(xmap.scale, xmap.offset, xmap.window, xmap.valid, w, W, tap_count(zoom_x, aa), aa)
         if self._warp_ops:
             matrix = None
             for op in self._warp_ops:
@@ -221,7 +225,7 @@ class Pipeline(nn.Module):
         dt = self.compute_dtype()
         uint8 = x[0].dtype == torch.uint8 if isinstance(x, list) else x.dtype == torch.uint8
         warp = None if plan["warp"] is None else _take(plan["warp"], part)
-        if plan["boxes"] is not None and uint8 and (isinstance(x, list) or x.device.type == "cpu"):
+        if plan["boxes"] is not None:
             # CPU, uint8, every sample a plain crop (+ flip) resized: torchvision's own uint8
             # kernel per image, 3-5x faster here than resampling in float. Results are integers,
             # as torchvision's are on uint8 (fixed-point weights: within 1/255 of the float path).
@@ -247,7 +251,7 @@ class Pipeline(nn.Module):
             rows = (_take(ri, part).clamp(max=H - 1), _take(rw, part))
             # uint8 -> [0, 1] rides on the column weights: one pass less over the images.
             cols = (_take(ci, part).clamp(max=W - 1), _take(cw, part) * (1 / 255 if uint8 else 1))
-            if isinstance(x, list) or cpu.own_path(x.device):
+            if cpu.own_path(self.device):
                 x, rows, cols = cpu.crop_to_taps(x, rows, cols, dt)
             x = resample_separable(x, rows, cols, dt)
         if warp is not None:

@@ -141,13 +141,12 @@ class ColorJitter(ColorOp):
         # Every pass's color matrix at once: a handful of small ops for the batch, not per pass.
         matrix, mean_weight = _blend_matrices(which, factor, x.shape[1], x.dtype)
         contrast = self.contrast is not None
-        for j in range(which.shape[1]):
-            if hue_at is not None and j == n - 1:
+        hue_pass = n - 1 if hue_at is not None else None  # hue runs before this blend pass
+        for j in range(which.shape[1] + 1):
+            if j == hue_pass:
                 x = adjust_hue(x, params["hue"])
-            if not _cpu_nothing_to_do(which[:, j]):
+            if j < which.shape[1] and not _cpu_nothing_to_do(which[:, j]):
                 x = _blend(x, matrix[:, j], mean_weight[:, j] if contrast else None)
-        if hue_at is not None and n == 1:  # hue alone
-            x = adjust_hue(x, params["hue"])
         return x
 
 
