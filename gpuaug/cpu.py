@@ -107,7 +107,7 @@ def fused_color_program(color_ops, normalize, by_op: dict, n: int, channels: int
     mean = inv_std = None
     if normalize is not None:
         normalize.check_channels(channels)
-        mean, inv_std = normalize.mean.float(), (1.0 / normalize.std.double()).float()
+        mean, inv_std = normalize.mean.float().cpu(), normalize.inv_std.float().cpu()
     return ops, factors, mean, inv_std
 
 

@@ -75,6 +75,9 @@ class Pipeline(nn.Module):
         self.seed = int(torch.randint(0, 2**62, (1,)).item()) if seed is None else int(seed)
         self._generator: torch.Generator | None = None
         self.register_buffer("_anchor", torch.empty(0, device=select_device(device)), persistent=False)
+        # Op buffers (Normalize's mean and std) live where the work runs: copying them per batch
+        # from host memory would be a blocking copy, a host sync on CUDA.
+        self.ops.to(self.device)
 
     @staticmethod
     def _check_order(ops: Sequence[Op]) -> None:
@@ -182,11 +185,10 @@ class Pipeline(nn.Module):
         plan = {"rows": None, "cols": None, "boxes": None, "size": None, "warp": None, "fill": None}
         s = sizes
         if self._resample_ops or sizes.uniform is None:
-            height, width = sizes.tensors(n, self.device)
-            ymap, xmap = AxisMap(height), AxisMap(width)
+            axes = AxisMap(sizes.pairs(n, self.device))
             zoom_y = zoom_x = 1.0
             for op in self._resample_ops:
-                op.map_axes(ymap, xmap, by_op[id(op)], s)
+                op.map_axes(axes, by_op[id(op)], s)
                 zy, zx = op.max_scale(s)
                 zoom_y, zoom_x = zoom_y * zy, zoom_x * zx
                 s = op.output_sizes(s)
@@ -197,13 +199,20 @@ class Pipeline(nn.Module):
             aa = all(getattr(op, "antialias", True) for op in self._resample_ops)
             (h, w), (H, W) = s.uniform, sizes.max()
             plan["size"] = (h, w)
+            column = [(axes.scale[:, a], axes.offset[:, a], [t[:, a] for t in axes.window], [t[:, a] for t in axes.valid])
+                      for a in (0, 1)]
             if cpu.own_path(self.device) and aa and uint8:
-                ys, xs = crop_boxes(ymap.scale, ymap.offset, ymap.window, ymap.valid, h), crop_boxes(
-                    xmap.scale, xmap.offset, xmap.window, xmap.valid, w)
+                ys, xs = crop_boxes(*column[0], h), crop_boxes(*column[1], w)
                 plan["boxes"] = (ys, xs) if ys is not None and xs is not None else None
             if plan["boxes"] is None:
-                plan["rows"] = axis_taps(ymap.scale, ymap.offset, ymap.window, ymap.valid, h, H, tap_count(zoom_y, aa), aa)
-                plan["cols"] = axis_taps(xmap.scale, xmap.offset, xmap.window, xmap.valid, w, W, tap_count(zoom_x, aa), aa)
+                # Both axes in one call (padded to the longer output and the larger tap count), then
+                # each takes its own: the taps past an axis's own count have zero weight.
+                ky, kx = tap_count(zoom_y, aa), tap_count(zoom_x, aa)
+                index, weight = axis_taps(axes.scale.expand(n, 2), axes.offset.expand(n, 2),
+                                          [t.expand(n, 2) for t in axes.window], [t.expand(n, 2) for t in axes.valid],
+                                          max(h, w), max(H, W), max(ky, kx), aa)
+                plan["rows"] = (index[:, 0, :h, :ky], weight[:, 0, :h, :ky])
+                plan["cols"] = (index[:, 1, :w, :kx], weight[:, 1, :w, :kx])
         if self._warp_ops:
             matrix = None
             for op in self._warp_ops:

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torchvision.transforms.v2.functional as TF
 from torchvision.transforms import InterpolationMode
+from torchvision.transforms import v2
 
 import gpuaug as ga
 import gpuaug.functional as gaF
@@ -94,14 +95,16 @@ def test_random_resized_crop_per_sample(photos, batch_path):
         assert (out[i] - ref).abs().max() < 1e-4
 
 
-def test_random_resized_crop_fallback_is_torchvisions_center_crop(photos, batch_path):
-    # An impossible area (> the image) forces the fallback; ratio (2, 3) is wider than every photo.
-    out, params = run([ga.RandomResizedCrop(64, scale=(1.5, 2.0), ratio=(2.0, 3.0))], photos)
+@pytest.mark.parametrize("ratio", [(2.0, 3.0), (0.2, 0.3), (0.5, 2.0)])
+def test_random_resized_crop_fallback_is_torchvisions_center_crop(photos, batch_path, ratio):
+    # An impossible area (> the image) forces the fallback: the photos are all narrower than ratio
+    # 2, wider than 0.3, and inside (0.5, 2).
+    out, params = run([ga.RandomResizedCrop(64, scale=(1.5, 2.0), ratio=ratio)], photos)
     for i, img in enumerate(photos):
-        H, W = img.shape[-2:]
-        h, w = round(W / 2.0), W
-        assert [int(params[0][k][i]) for k in ("top", "left", "height", "width")] == [(H - h) // 2, 0, h, w]
-        ref = resized_crop_reference(img, (H - h) // 2, 0, h, w, [64, 64], batch_path)
+        tv = v2.RandomResizedCrop(64, scale=(1.5, 2.0), ratio=ratio).make_params([img])  # deterministic here
+        t, l, h, w = (tv[k] for k in ("top", "left", "height", "width"))
+        assert [int(params[0][k][i]) for k in ("top", "left", "height", "width")] == [t, l, h, w]
+        ref = resized_crop_reference(img, t, l, h, w, [64, 64], batch_path)
         assert (out[i] - ref).abs().max() < 1e-4
 
 

@@ -134,8 +134,14 @@ def adjust_hue(x: Tensor, factor: float | Tensor) -> Tensor:
     return out.to(x.dtype)
 
 
-def normalize(x: Tensor, mean: Tensor, std: Tensor) -> Tensor:
-    """``(x - mean) / std`` per channel; ``mean`` and ``std`` have shape ``(C,)``."""
+def normalize(x: Tensor, mean: Tensor, std: Tensor | None = None, inv_std: Tensor | None = None) -> Tensor:
+    """``(x - mean) / std`` per channel, computed as ``(x - mean) * (1 / std)``; ``mean`` and
+    ``std`` have shape ``(C,)``. Pass ``inv_std`` (``1 / std``, computed in float64 then rounded)
+    instead of ``std`` to skip computing it per call."""
+    if (std is None) == (inv_std is None):
+        raise TypeError("normalize takes one of std and inv_std")
+    if inv_std is None:
+        inv_std = 1.0 / std.double()
     mean = mean.to(dtype=x.dtype, device=x.device).view(1, -1, 1, 1)
-    inv_std = (1.0 / std.double()).to(dtype=x.dtype, device=x.device).view(1, -1, 1, 1)
+    inv_std = inv_std.to(dtype=x.dtype, device=x.device).view(1, -1, 1, 1)
     return (x - mean).mul_(inv_std)

@@ -49,7 +49,8 @@ def axis_taps(
     (plain bilinear). Output pixels outside ``valid`` (padding) get zero weight.
 
     Args:
-        scale, offset: ``(B,)`` float, source pixels per output pixel and the shift.
+        scale, offset: ``(B,)`` float, source pixels per output pixel and the shift; any leading
+            shape works (``(B, 2)`` does both axes of a batch at once), the other arguments alike.
         window: ``(lo, hi)``, each ``(B,)``, source pixel range that may be read.
         valid: ``(lo, hi)``, each ``(B,)``, output pixel range that holds image content.
         out_size, src_size: output length and (padded) source length, host ints.
@@ -57,23 +58,22 @@ def axis_taps(
 
     Returns:
         ``index`` int64 ``(B, out_size, taps)`` in ``[0, src_size)`` and ``weight`` float32 of the
-        same shape; the weights of an output pixel sum to 1 (0 in padding).
+        same shape; the weights of an output pixel sum to 1 (0 in padding). Taps past the filter
+        have weight 0, so ``[..., :k]`` are the taps for any ``k >= tap_count`` of that axis.
     """
     dev = scale.device
     o = torch.arange(out_size, device=dev, dtype=torch.float32) + 0.5
-    scale, offset = scale.float().view(-1, 1), offset.float().view(-1, 1)
-    center = scale * o + offset  # (B, out)
+    scale, offset = scale.float().unsqueeze(-1), offset.float().unsqueeze(-1)
+    center = scale * o + offset  # (..., out)
     support = scale.abs().clamp(min=1.0) if antialias else torch.ones_like(scale)
     first = torch.floor(center - support)
     index = first.unsqueeze(-1) + torch.arange(taps, device=dev, dtype=torch.float32)
     weight = (1 - ((index + 0.5 - center.unsqueeze(-1)) / support.unsqueeze(-1)).abs()).clamp_(min=0)
-    lo, hi = (w.float().view(-1, 1, 1) for w in window)
+    lo, hi = (w.float()[..., None, None] for w in window)
     weight = weight * ((index >= lo) & (index < hi))
-    total = weight.sum(-1, keepdim=True)
-    weight = weight / total.clamp(min=1e-12)
-    vlo, vhi = (v.float().view(-1, 1) for v in valid)
+    vlo, vhi = (v.float().unsqueeze(-1) for v in valid)
     inside = ((o >= vlo) & (o < vhi)).unsqueeze(-1)
-    weight = weight * inside
+    weight = weight * (inside / weight.sum(-1, keepdim=True).clamp(min=1e-12))
     return index.clamp_(0, src_size - 1).long(), weight
 
 

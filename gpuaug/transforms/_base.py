@@ -43,13 +43,12 @@ class Sizes:
             return self.uniform
         return max(h for h, _ in self.per_image), max(w for _, w in self.per_image)
 
-    def tensors(self, n: int, device) -> tuple[Tensor, Tensor]:
-        """Heights and widths as ``(n,)`` float32 tensors on ``device`` (non-blocking copy)."""
+    def pairs(self, n: int, device) -> Tensor:
+        """``(n, 2)`` float32 ``[height, width]`` rows on ``device``: one non-blocking copy (an
+        expanded view of one row where the sizes are uniform)."""
         if self.per_image is None:
-            h, w = self.uniform
-            return (torch.full((n,), float(h), device=device), torch.full((n,), float(w), device=device))
-        hw = torch.tensor(self.per_image, dtype=torch.float32).to(device, non_blocking=True)
-        return hw[:, 0], hw[:, 1]
+            return torch.tensor(self.uniform, dtype=torch.float32).to(device, non_blocking=True).expand(n, 2)
+        return torch.tensor(self.per_image, dtype=torch.float32).to(device, non_blocking=True)
 
 
 @dataclass
@@ -64,8 +63,7 @@ class Draw:
 
     def uniform(self, low: float, high: float, *shape: int) -> Tensor:
         """``(n, *shape)`` float32 uniform in ``[low, high)``."""
-        u = torch.rand((self.n, *shape), generator=self.generator, device=self.device)
-        return u * (high - low) + low
+        return torch.empty((self.n, *shape), device=self.device).uniform_(low, high, generator=self.generator)
 
     def bernoulli(self, p: float) -> Tensor:
         """``(n,)`` bool, each True with probability ``p``."""

@@ -209,6 +209,7 @@ class Normalize(ColorOp):
             raise ValueError(f"std should be positive, got {std_t.tolist()}, leading to division by zero.")
         self.register_buffer("mean", mean_t)
         self.register_buffer("std", std_t)
+        self.register_buffer("inv_std", 1.0 / std_t.double(), persistent=False)  # float64: one rounding to x.dtype
 
     def extra_repr(self) -> str:
         return f"mean={[round(v, 4) for v in self.mean.tolist()]}, std={[round(v, 4) for v in self.std.tolist()]}"
@@ -219,4 +220,4 @@ class Normalize(ColorOp):
 
     def apply(self, x: Tensor, params: Params) -> Tensor:
         self.check_channels(x.shape[1])
-        return normalize(x, self.mean, self.std)
+        return normalize(x, self.mean, inv_std=self.inv_std)

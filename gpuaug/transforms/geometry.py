@@ -20,36 +20,49 @@ from ._base import Draw, Op, Params, Sizes, check_probability, setup_size
 
 
 class AxisMap:
-    """One axis of the crop/resize/flip chain, per sample: ``source = scale * x + offset`` for a
-    coordinate ``x`` of the current canvas; ``valid`` is the canvas range holding image content
-    (outside it is padding). ``window`` is the source range the resampling filter may read: the
-    crop in force at the last resize, since torchvision crops first and filters only the crop."""
+    """The crop/resize/flip chain of both axes, per sample: ``source = scale * x + offset`` for a
+    coordinate ``x`` of the current canvas. Every field is ``(B, 2)`` float32 (or broadcasts to
+    it), column 0 for y (rows), 1 for x (columns), so one op updates both axes of every sample.
+    ``valid`` is the canvas range holding image content (outside it is padding). ``window`` is the
+    source range the resampling filter may read: the crop in force at the last resize, since
+    torchvision crops first and filters only the crop."""
 
     def __init__(self, size: Tensor):
+        zero = torch.zeros_like(size)
         self.scale = torch.ones_like(size)
-        self.offset = torch.zeros_like(size)
-        self.window = self._crop = (torch.zeros_like(size), size)
-        self.valid = (torch.zeros_like(size), size)
+        self.offset = zero
+        self.window = self._crop = (zero, size)
+        self.valid = (zero, size)
 
-    def crop(self, start: Tensor, length) -> None:
-        a, b = self.scale, self.offset
-        ends = (a * start + b, a * (start + length) + b)
-        lo, hi = torch.minimum(*ends), torch.maximum(*ends)
+    def crop(self, start: Tensor, length: Tensor | float) -> None:
+        first = torch.addcmul(self.offset, self.scale, start)  # source coordinates of the crop's ends
+        last = torch.addcmul(first, self.scale, length) if isinstance(length, Tensor) else first + self.scale * length
+        lo, hi = torch.minimum(first, last), torch.maximum(first, last)
         self._crop = (torch.maximum(self._crop[0], lo), torch.minimum(self._crop[1], hi))
-        self.valid = ((self.valid[0] - start).clamp(min=0), torch.clamp(self.valid[1] - start, max=length))
-        self.offset = b + a * start
+        self.valid = ((self.valid[0] - start).clamp(min=0), (self.valid[1] - start).clamp(max=length))
+        self.offset = first
 
-    def resize(self, old, new) -> None:
+    def resize(self, old: Tensor, new: Tensor | float) -> None:
         self.window = self._crop
         self.scale = self.scale * (old / new)
-        self.valid = (self.valid[0] * (new / old), self.valid[1] * (new / old))
+        grow = new / old
+        self.valid = (self.valid[0] * grow, self.valid[1] * grow)
 
-    def flip(self, flag: Tensor, size) -> None:
-        sign = 1 - 2 * flag.float()
-        self.offset = torch.where(flag, self.offset + self.scale * size, self.offset)
-        self.scale = self.scale * sign
+    def flip(self, flag: Tensor, axis: int, size: Tensor) -> None:
+        """Mirror axis ``axis`` (0: y, 1: x) of a canvas of ``size`` ((B, 2)) where ``flag`` ((B,) bool)."""
+        other = torch.zeros_like(flag)
+        mask = torch.stack([flag, other] if axis == 0 else [other, flag], 1)
+        self.offset = torch.where(mask, torch.addcmul(self.offset, self.scale, size), self.offset)
+        self.scale = torch.where(mask, -self.scale, self.scale)
         lo, hi = self.valid
-        self.valid = (torch.where(flag, size - hi, lo), torch.where(flag, size - lo, hi))
+        self.valid = (torch.where(mask, size - hi, lo), torch.where(mask, size - lo, hi))
+
+
+def _pair(values: tuple[int, int], device) -> Tensor | float:
+    """``(2,)`` float32 ``[y, x]`` on ``device`` (non-blocking copy), or a float where both are equal."""
+    if values[0] == values[1]:
+        return float(values[0])
+    return torch.tensor(values, dtype=torch.float32).to(device, non_blocking=True)
 
 
 class GeometricOp(Op):
@@ -104,39 +117,41 @@ class RandomResizedCrop(GeometricOp):
         return H / self.size[0], W / self.size[1]
 
     def make_params(self, draw: Draw) -> Params:
-        height, width = draw.sizes.tensors(draw.n, draw.device)
-        area = (height * width).unsqueeze(1)
-        target_area = area * draw.uniform(*self.scale, 10)
+        # Columns are (y, x) throughout: sizes [height, width], crops [top, left, height, width].
+        n = draw.n
+        size = draw.sizes.pairs(n, draw.device)  # (n, 2)
+        target_area = (size[:, 0] * size[:, 1]).unsqueeze(1) * draw.uniform(*self.scale, 10)
         log_ratio = draw.uniform(math.log(self.ratio[0]), math.log(self.ratio[1]), 10)
-        aspect = torch.exp(log_ratio)
-        w = torch.round(torch.sqrt(target_area * aspect))
-        h = torch.round(torch.sqrt(target_area / aspect))
-        fits = (w > 0) & (w <= width.unsqueeze(1)) & (h > 0) & (h <= height.unsqueeze(1))
-        first = fits.float().argmax(1, keepdim=True)  # index of the first try that fits
-        found = fits.any(1)
-        w, h = w.gather(1, first).squeeze(1), h.gather(1, first).squeeze(1)
-        u_top, u_left = draw.uniform(0, 1), draw.uniform(0, 1)
-        top = torch.floor(u_top * (height - h + 1)).clamp(max=height - h)
-        left = torch.floor(u_left * (width - w + 1)).clamp(max=width - w)
+        # Each try's [h, w] = round(sqrt(area / ratio)), round(sqrt(area * ratio)).
+        aspect = torch.exp(torch.stack([-log_ratio, log_ratio], -1))  # (n, 10, 2)
+        tries = torch.round(torch.sqrt(target_area.unsqueeze(-1) * aspect))
+        fits = ((tries > 0) & (tries <= size.unsqueeze(1))).all(-1)
+        first = fits.float().argmax(1)  # the first try that fits (0 if none does)
+        crop = tries.gather(1, first.view(n, 1, 1).expand(n, 1, 2)).squeeze(1)
+        room = size - crop
+        start = torch.minimum(torch.floor(draw.uniform(0, 1, 2) * (room + 1)), room)
+        chosen = torch.cat([start, crop], 1)
+        return dict(zip(("top", "left", "height", "width"),
+                        torch.where(fits.any(1, keepdim=True), chosen, self._fallback(draw)).unbind(1)))
 
-        # torchvision's fallback: the whole image, cut to the nearest allowed aspect ratio, centered.
-        in_ratio = width / height
+    def _fallback(self, draw: Draw) -> Tensor | float:
+        """torchvision's fallback, where no try fits: the whole image cut to the nearest allowed
+        aspect ratio, centered -> ``(n, 4)`` or ``(4,)`` ``[top, left, height, width]``. Sizes
+        are host-side, so it is computed on the host and copied once."""
         lo, hi = self.ratio
-        fw = torch.where(in_ratio < lo, width, torch.where(in_ratio > hi, torch.round(height * hi), width))
-        fh = torch.where(in_ratio < lo, torch.round(width / lo), height)
-        ftop, fleft = torch.div(height - fh, 2, rounding_mode="floor"), torch.div(width - fw, 2, rounding_mode="floor")
-        return {
-            "top": torch.where(found, top, ftop),
-            "left": torch.where(found, left, fleft),
-            "height": torch.where(found, h, fh),
-            "width": torch.where(found, w, fw),
-        }
 
-    def map_axes(self, y: AxisMap, x: AxisMap, params: Params, sizes: Sizes) -> None:
-        y.crop(params["top"], params["height"])
-        x.crop(params["left"], params["width"])
-        y.resize(params["height"], self.size[0])
-        x.resize(params["width"], self.size[1])
+        def crop(hw):
+            h, w = hw
+            ch, cw = (round(w / lo), w) if w / h < lo else (h, round(h * hi)) if w / h > hi else (h, w)
+            return [(h - ch) // 2, (w - cw) // 2, ch, cw]
+
+        rows = [crop(draw.sizes.uniform)] if draw.sizes.per_image is None else [crop(hw) for hw in draw.sizes.per_image]
+        return torch.tensor(rows, dtype=torch.float32).to(draw.device, non_blocking=True).squeeze(0)
+
+    def map_axes(self, axes: AxisMap, params: Params, sizes: Sizes) -> None:
+        length = torch.stack([params["height"], params["width"]], 1)
+        axes.crop(torch.stack([params["top"], params["left"]], 1), length)
+        axes.resize(length, _pair(self.size, length.device))
 
 
 class Resize(GeometricOp):
@@ -175,11 +190,9 @@ class Resize(GeometricOp):
         outs = [self._out(hw) for hw in pairs]
         return max(h / o[0] for (h, _), o in zip(pairs, outs)), max(w / o[1] for (_, w), o in zip(pairs, outs))
 
-    def map_axes(self, y: AxisMap, x: AxisMap, params: Params, sizes: Sizes) -> None:
-        height, width = sizes.tensors(y.scale.shape[0], y.scale.device)
-        out_h, out_w = self.output_sizes(sizes).tensors(y.scale.shape[0], y.scale.device)
-        y.resize(height, out_h)
-        x.resize(width, out_w)
+    def map_axes(self, axes: AxisMap, params: Params, sizes: Sizes) -> None:
+        n, device = axes.scale.shape[0], axes.scale.device
+        axes.resize(sizes.pairs(n, device), self.output_sizes(sizes).pairs(n, device))
 
 
 class CenterCrop(GeometricOp):
@@ -198,12 +211,16 @@ class CenterCrop(GeometricOp):
     def output_sizes(self, sizes: Sizes) -> Sizes:
         return Sizes(uniform=self.size)
 
-    def map_axes(self, y: AxisMap, x: AxisMap, params: Params, sizes: Sizes) -> None:
-        height, width = sizes.tensors(y.scale.shape[0], y.scale.device)
-        for axis, full, crop in ((y, height, self.size[0]), (x, width, self.size[1])):
-            # torchvision: round((full - crop) / 2) inside, or pad (crop - full) // 2 before.
-            start = torch.where(full >= crop, torch.round((full - crop) / 2), -torch.div(crop - full, 2, rounding_mode="floor"))
-            axis.crop(start, crop)
+    def map_axes(self, axes: AxisMap, params: Params, sizes: Sizes) -> None:
+        # torchvision: round((full - crop) / 2) inside, or pad (crop - full) // 2 before. Sizes are
+        # host-side, so the starts are computed on the host.
+        def start(full: int, crop: int) -> int:
+            return int(round((full - crop) / 2)) if full >= crop else -((crop - full) // 2)
+
+        n, device = axes.scale.shape[0], axes.scale.device
+        starts = [[start(h, self.size[0]), start(w, self.size[1])] for h, w in (sizes.per_image or [sizes.uniform])]
+        axes.crop(torch.tensor(starts, dtype=torch.float32).to(device, non_blocking=True).expand(n, 2),
+                  _pair(self.size, device))
 
 
 class _RandomFlip(GeometricOp):
@@ -219,12 +236,8 @@ class _RandomFlip(GeometricOp):
     def make_params(self, draw: Draw) -> Params:
         return {"flip": draw.bernoulli(self.p)}
 
-    def map_axes(self, y: AxisMap, x: AxisMap, params: Params, sizes: Sizes) -> None:
-        height, width = sizes.tensors(y.scale.shape[0], y.scale.device)
-        if self.axis == "x":
-            x.flip(params["flip"], width)
-        else:
-            y.flip(params["flip"], height)
+    def map_axes(self, axes: AxisMap, params: Params, sizes: Sizes) -> None:
+        axes.flip(params["flip"], 1 if self.axis == "x" else 0, sizes.pairs(axes.scale.shape[0], axes.scale.device))
 
     def matrix(self, params: Params, size: tuple[int, int]) -> Tensor:
         flag = params["flip"]

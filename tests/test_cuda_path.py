@@ -1,0 +1,108 @@
+"""The CUDA code path, traced without a GPU: fake CUDA tensors (``FakeTensorMode``) carry shapes,
+dtypes and devices but no data, so every op of a real CUDA call runs except the kernels.
+
+That checks what the per-batch path must never do on CUDA, on every machine (CI has no GPU):
+read a device value on the host (``.item()``, ``.tolist()``, ``bool(t)``: fake tensors refuse
+them) or copy host memory to the device with a blocking copy (``cudaMemcpy`` + stream sync, which
+stalls the host until the GPU catches up). tests/test_cuda.py checks the same on a real GPU.
+"""
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import gpuaug as ga
+import gpuaug.pipeline as pipeline_module
+
+fake_tensor = pytest.importorskip("torch._subclasses.fake_tensor")
+
+
+def _fake_cuda_works() -> bool:
+    try:
+        with fake_tensor.FakeTensorMode():
+            return torch.empty(1, device="cuda").device.type == "cuda"
+    except Exception:
+        return False
+
+
+pytestmark = pytest.mark.skipif(not _fake_cuda_works(), reason="this torch build cannot make fake CUDA tensors")
+
+
+class _BlockingCopies(TorchDispatchMode):
+    """Records every copy between host and device that is not ``non_blocking``."""
+
+    def __init__(self):
+        super().__init__()
+        self.found = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._to_copy.default:
+            src, dst, blocking = args[0].device, torch.device(kwargs.get("device") or args[0].device), not kwargs.get("non_blocking", False)
+        elif func is torch.ops.aten.copy_.default:
+            src, dst, blocking = args[1].device, args[0].device, not (len(args) > 2 and args[2])
+        else:
+            return func(*args, **kwargs)
+        if src.type != dst.type and blocking:
+            self.found.append(f"{func.__name__} {src} -> {dst}, shape {tuple(args[0].shape)}")
+        return func(*args, **kwargs)
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """A context manager for fake mode, with CUDA accepted as a device and the (fake) default
+    generator; ops are built before entering it (their argument checks read values)."""
+    monkeypatch.setattr(pipeline_module, "select_device", lambda device: torch.device(device))
+    monkeypatch.setattr(pipeline_module.Pipeline, "_get_generator", lambda self: None)
+    return lambda: fake_tensor.FakeTensorMode(allow_non_fake_inputs=True)
+
+
+def ops():
+    return [ga.RandomResizedCrop(64), ga.RandomHorizontalFlip(), ga.RandomVerticalFlip(), ga.RandomRotation(15, fill=0.5),
+            ga.ColorJitter(0.4, 0.4, 0.4, 0.1), ga.RandomGrayscale(0.2), ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD)]
+
+
+def test_fake_mode_catches_what_it_should():
+    """The harness itself: a blocking copy is recorded and a host read raises."""
+    with fake_tensor.FakeTensorMode(allow_non_fake_inputs=True):
+        x = torch.ones(3, device="cuda")
+        with _BlockingCopies() as copies:
+            x + torch.ones(3).to("cuda")
+            x + torch.ones(3).to("cuda", non_blocking=True)
+        assert len(copies.found) == 1
+        with pytest.raises(Exception, match="DataDependentOutput|_local_scalar_dense"):
+            bool(x.sum() > 0)
+
+
+@pytest.mark.parametrize("layout", ["batch", "ragged list", "clips", "float batch"])
+def test_cuda_path_has_no_host_sync(photos, fake_cuda, layout):
+    batch = torch.stack([p[:, :200, :240] for p in photos])
+    images = {"batch": batch, "ragged list": photos, "clips": batch.view(2, 2, 3, 200, 240),
+              "float batch": batch.float() / 255}[layout]
+    steps = ops()
+    with fake_cuda():
+        pipe = ga.Pipeline(*steps, device="cuda", seed=0)
+        if layout != "float batch":  # a CPU batch is moved by the pipeline, with non-blocking copies
+            images = [t.to("cuda") for t in images] if isinstance(images, list) else images.to("cuda")
+        with _BlockingCopies() as copies:
+            out, params = pipe(images, return_params=True)
+            pipe(images, params=params)  # replay too
+    assert copies.found == []
+    assert out.device.type == "cuda" and out.dtype == torch.float16
+    assert out.shape[-3:] == (3, 64, 64) and out.shape[0] == (2 if layout == "clips" else 4)
+
+
+def test_cuda_path_resize_and_center_crop_have_no_host_sync(photos, fake_cuda):
+    steps = [ga.Resize(80), ga.CenterCrop((64, 72)), ga.ColorJitter(hue=0.2)]
+    with fake_cuda():
+        pipe = ga.Pipeline(*steps, device="cuda", seed=0, channels_last=True)
+        images = [p.to("cuda") for p in photos]
+        with _BlockingCopies() as copies:
+            out = pipe(images)
+    assert copies.found == []
+    assert out.shape == (4, 3, 64, 72) and out.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_op_buffers_follow_the_pipeline_device():
+    pipe = ga.Pipeline(ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD), device="meta")
+    assert {b.device.type for b in pipe.buffers()} == {"meta"}
