@@ -5,6 +5,10 @@ CUDA, and every non-view aten op it dispatches would be one kernel launch there.
 per stage (draw, plan, geometry, each color op, finish) for the README pipeline (`gpuaug bench`'s
 ops, with an 8x8 output) and the time of a call on ``--batch`` 16x20 images: almost all of it is dispatch, the
 host's per-batch cost that a GPU cannot hide when it launches kernels faster than they run.
+
+Two rows: the color ops by torch kernels (CUDA without Triton, or ``GPUAUG_TRITON=0``) and by the
+fused Triton kernel (gpuaug.gpu_color; its launches are counted, not run: on the CPU the pipeline
+gets a stand-in that only counts them, so that row's time leaves out the color work).
 """
 
 import argparse
@@ -16,9 +20,22 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import gpuaug as ga
 from gpuaug import cpu
+import gpuaug.pipeline as pipeline_module
 from gpuaug.pipeline import Pipeline
 
 _stage = ["other"]
+
+
+class _CountLaunches:
+    """Stands in for gpuaug.gpu_color: counts the kernel's launches (one per step where a
+    contrast can occur, plus one), writes nothing."""
+
+    def __init__(self):
+        self.launches = 0
+
+    def run_or_disable(self, x, out, ops, factors, mean, inv_std, contrast=True):
+        self.launches += (ops.shape[1] if contrast else 0) + 1
+        return True
 
 
 class _Count(TorchDispatchMode):
@@ -43,6 +60,33 @@ def _labelled(fn, label):
     return wrapper
 
 
+def _measure(pipe, x, calls: int, show_ops: bool, label: str) -> None:
+    pipe(x)
+    start, best = time.perf_counter(), float("inf")
+    for _ in range(calls):
+        t = time.perf_counter()
+        pipe(x)
+        best = min(best, time.perf_counter() - t)
+    total = time.perf_counter() - start
+    with _Count() as counter:
+        pipe(x)
+    order = ["draw", "plan", "geometry", *[type(op).__name__ for op in pipe._color_ops], "color (Triton)", "finish",
+             "other"]
+    counts = " | ".join(f"{k} {counter.counts[k]}" for k in order if counter.counts[k])
+    kernel = pipeline_module._gpu_color(None)
+    extra, launches = "", 0
+    if kernel is not None:
+        launches = kernel.launches // (calls + 2)
+        extra = f" | Triton launches {launches}"
+    print(f"{label}: {counts}{extra} | total {sum(counter.counts.values()) + launches}")
+    print(f"  call on {x.shape[0]} 16x20 images (~dispatch): fastest {best * 1e3:.2f} ms, mean {total / calls * 1e3:.2f} ms")
+    if show_ops:
+        for stage in order:
+            ops = sorted(((n, c) for (s, n), c in counter.names.items() if s == stage), key=lambda t: -t[1])
+            if ops:
+                print(f"    {stage}: " + ", ".join(f"{n} {c}" for n, c in ops))
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--batch", type=int, default=256)
@@ -51,35 +95,20 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     cpu.OWN_PATH = False
-    # The README pipeline with an 8x8 output, so the pixel work is negligible.
-    pipe = ga.Pipeline(ga.RandomResizedCrop(8), ga.RandomHorizontalFlip(), ga.RandomRotation(15),
-                       ga.ColorJitter(0.4, 0.4, 0.4, 0.1), ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD),
-                       device="cpu", seed=0)
-    x = torch.randint(0, 256, (args.batch, 3, 16, 20), dtype=torch.uint8)
-    pipe(x)
-    start = time.perf_counter()
-    best = float("inf")
-    for _ in range(args.calls):
-        t = time.perf_counter()
-        pipe(x)
-        best = min(best, time.perf_counter() - t)
-    total = time.perf_counter() - start
-
     for name in ("_draw", "_plan", "_geometry", "_finish"):
         setattr(Pipeline, name, _labelled(getattr(Pipeline, name), name.strip("_")))
-    for op in pipe._color_ops:
-        op.apply = _labelled(op.apply, type(op).__name__)
-    with _Count() as counter:
-        pipe(x)
-    order = ["draw", "plan", "geometry", *[type(op).__name__ for op in pipe._color_ops], "finish", "other"]
-    print(f"count_ops: README pipeline, CUDA code path on the CPU, {time.strftime('%Y-%m-%d')}")
-    print(" | ".join(f"{k} {counter.counts[k]}" for k in order if counter.counts[k]) + f" | total {sum(counter.counts.values())}")
-    print(f"call on {args.batch} 16x20 images (~dispatch): fastest {best * 1e3:.2f} ms, mean {total / args.calls * 1e3:.2f} ms")
-    if args.ops:
-        for stage in order:
-            ops = sorted(((n, c) for (s, n), c in counter.names.items() if s == stage), key=lambda t: -t[1])
-            if ops:
-                print(f"  {stage}: " + ", ".join(f"{n} {c}" for n, c in ops))
+    x = torch.randint(0, 256, (args.batch, 3, 16, 20), dtype=torch.uint8)
+    print(f"count_ops: README pipeline (8x8 output), CUDA code path on the CPU, {time.strftime('%Y-%m-%d')}")
+    for label, kernel in (("torch color kernels", None), ("Triton color kernel", _CountLaunches())):
+        pipeline_module._gpu_color = lambda device, kernel=kernel: kernel
+        # The README pipeline with an 8x8 output, so the pixel work is negligible.
+        pipe = ga.Pipeline(ga.RandomResizedCrop(8), ga.RandomHorizontalFlip(), ga.RandomRotation(15),
+                           ga.ColorJitter(0.4, 0.4, 0.4, 0.1), ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD),
+                           device="cpu", seed=0)
+        for op in pipe._color_ops:
+            op.apply = _labelled(op.apply, type(op).__name__)
+        pipe._color_gpu = _labelled(pipe._color_gpu, "color (Triton)")
+        _measure(pipe, x, args.calls, args.ops, label)
 
 
 if __name__ == "__main__":

@@ -90,24 +90,18 @@ def chunks(color_ops, by_op: dict, n: int, frames: int, grouped: bool = True) ->
     return parts
 
 
-def fused_color_program(color_ops, normalize, by_op: dict, n: int, channels: int) -> tuple | None:
-    """The color ops (``normalize``: the final ``Normalize`` among them, or None) as per-sample
-    programs for the fused kernel: ``(ops, factors, mean, inv_std)`` for
-    :func:`gpuaug.native.color_program`; ``None`` where an op has no program, the kernel is not
-    built, or there is no color op."""
-    if not color_ops:
+def fused_color_program(program: tuple | None, channels: int) -> tuple | None:
+    """The color ops' per-sample programs (``(ops, factors, normalize)`` from
+    :func:`gpuaug.transforms.color.color_programs`, or None) as arguments of the fused C kernel:
+    ``(ops, factors, mean, inv_std)`` for :func:`gpuaug.native.color_program`; ``None`` where
+    there is no program or the kernel is not built."""
+    if program is None or not native.available() or program[0].shape[1] > native.MAX_STEPS:
         return None
-    programs = [op.program(by_op[id(op)]) for op in color_ops if op is not normalize]
-    if any(p is None for p in programs) or not native.available():
-        return None
-    ops = torch.cat([p[0] for p in programs], 1) if programs else torch.zeros(n, 0, dtype=torch.int32)
-    factors = torch.cat([p[1] for p in programs], 1) if programs else torch.zeros(n, 0)
-    if ops.shape[1] > native.MAX_STEPS:
-        return None
+    ops, factors, normalize = program
     mean = inv_std = None
     if normalize is not None:
         normalize.check_channels(channels)
-        mean, inv_std = normalize.mean.float().cpu(), normalize.inv_std.float().cpu()
+        mean, inv_std = normalize.mean.float().cpu(), normalize.inv_std.cpu()
     return ops, factors, mean, inv_std
 
 

@@ -11,7 +11,7 @@ from . import cpu, native
 from .device import select_device
 from .functional.geometry import axis_taps, crop_boxes, resample_separable, resized_crops, tap_count, warp_affine
 from .transforms._base import Draw, Op, Params, Sizes
-from .transforms.color import ColorOp, Normalize
+from .transforms.color import ColorOp, Normalize, color_programs
 from .transforms.geometry import AxisMap, GeometricOp, RandomRotation
 
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -131,14 +131,18 @@ class Pipeline(nn.Module):
         channels = first.shape[-3]
         plan = self._plan(sizes, by_op, len(items), channels, uint8=first.dtype == torch.uint8)
 
-        # The plan (taps, matrices) is built once for the whole batch. On CUDA: one pass, torch
-        # kernels. On the CPU (gpuaug.cpu): chunks of a few images that stay in cache, and the
-        # color ops as one fused C kernel per chunk where it is built (gpuaug.native).
+        # The plan (taps, matrices) is built once for the whole batch. On CUDA: one pass, the color
+        # ops as one Triton kernel (gpuaug.gpu_color) or else torch kernels. On the CPU
+        # (gpuaug.cpu): chunks of a few images that stay in cache, and the color ops as one fused C
+        # kernel per chunk where it is built (gpuaug.native).
         own = cpu.own_path(self.device)
-        fused = None
-        if own and self.compute_dtype() == torch.float32:
-            normalize = self._color_ops[-1] if self._color_ops and isinstance(self._color_ops[-1], Normalize) else None
-            fused = cpu.fused_color_program(self._color_ops, normalize, by_op, len(items), channels)
+        on_cpu_kernel = own and self.compute_dtype() == torch.float32
+        gpu_kernel = None if own else _gpu_color(self.device)
+        on_gpu_kernel = gpu_kernel is not None
+        program = None
+        if self._color_ops and (on_cpu_kernel or on_gpu_kernel):
+            program = color_programs(self._color_ops, by_op, len(items), self.device)
+        fused = cpu.fused_color_program(program, channels) if on_cpu_kernel else None
         parts = cpu.chunks(self._color_ops, by_op, len(items), frames, grouped=fused is None) if own else [
             slice(0, len(items))]
         out = None
@@ -153,6 +157,10 @@ class Pipeline(nn.Module):
                 index = torch.arange(*part.indices(len(items))) if isinstance(part, slice) else part
                 native.color_program(x, out, index, *fused)
                 continue
+            if on_gpu_kernel and program is not None:
+                out = self._color_gpu(gpu_kernel, x, program)
+                if out is not None:  # CUDA: one part, the whole batch
+                    break
             for op in self._color_ops:
                 x = op.apply(x, {k: _take(v, part) for k, v in by_op[id(op)].items()})
             if len(parts) == 1:  # a slice of everything: the batch's own order
@@ -267,6 +275,18 @@ class Pipeline(nn.Module):
             x = warp_affine(x, warp, plan["fill"])
         return x.contiguous()
 
+    def _color_gpu(self, kernel, x: Tensor, program: tuple) -> Tensor | None:
+        """The color ops on CUDA by the fused Triton kernel -> the result, or None where the
+        kernel failed to launch (it warned; the caller runs the torch kernels)."""
+        ops, factors, normalize = program
+        mean = inv_std = None
+        if normalize is not None:
+            normalize.check_channels(x.shape[1])
+            mean, inv_std = normalize.mean, normalize.inv_std
+        out = torch.empty_like(x)
+        contrast = any(op.takes_contrast() for op in self._color_ops)
+        return out if kernel.run_or_disable(x, out, ops, factors, mean, inv_std, contrast=contrast) else None
+
     def _finish(self, x: Tensor, n: int, frames: int) -> Tensor:
         """Cast to the output dtype, restore clips' ``(B, T, ...)`` (``frames`` > 0), lay out memory."""
         x = x.to(self.dtype or x.dtype)
@@ -346,6 +366,16 @@ class Pipeline(nn.Module):
                                      f"{n} (one per sample), got {getattr(v, 'shape', type(v).__name__)}")
             out.append({k: v.to(self.device, non_blocking=True) for k, v in p.items()})
         return out
+
+
+def _gpu_color(device: torch.device):
+    """:mod:`gpuaug.gpu_color` where its Triton kernel should run on ``device``, else None.
+    Imported on first need (Triton takes ~0.1 s to load, and the CPU never needs it)."""
+    if device.type != "cuda":
+        return None
+    from . import gpu_color
+
+    return gpu_color if gpu_color.usable(device) else None
 
 
 def _take(items: list | Tensor, part: slice | Tensor) -> list | Tensor:

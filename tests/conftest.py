@@ -39,3 +39,32 @@ def central_disc(h: int, w: int, margin: float = 2.0) -> torch.Tensor:
     """Bool (h, w) mask of the disc inside the image, where a rotation keeps image content."""
     yy, xx = torch.meshgrid(torch.arange(h) + 0.5 - h / 2, torch.arange(w) + 0.5 - w / 2, indexing="ij")
     return (yy**2 + xx**2).sqrt() < min(h, w) / 2 - margin
+
+
+@pytest.fixture(scope="session")
+def interpreted_gpu_color():
+    """gpuaug.gpu_color loaded a second time with ``TRITON_INTERPRET=1``: its Triton kernels run on
+    CPU tensors, through Triton's interpreter (slow, numpy-backed, for small tests only)."""
+    pytest.importorskip("triton")
+    import importlib.util
+    import os
+    from pathlib import Path
+
+    import gpuaug
+
+    before = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"  # read when the kernels are decorated, at module load
+    try:
+        spec = importlib.util.spec_from_file_location("gpuaug._gpu_color_interpreted",
+                                                      Path(gpuaug.__file__).with_name("gpu_color.py"))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        if before is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = before
+    # Bigger tiles: fewer interpreted programs (each costs about a millisecond of Python). The
+    # tile logic is the same at any size; 4096 leaves a partial last tile at 224x224.
+    module.BLOCK = 4096
+    return module

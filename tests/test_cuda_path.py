@@ -48,13 +48,35 @@ class _BlockingCopies(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-@pytest.fixture
-def fake_cuda(monkeypatch):
+class _TritonStub:
+    """Stands in for gpuaug.gpu_color (fake tensors cannot be launched on): checks what the
+    pipeline hands the kernel and records the call."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def run_or_disable(self, x, out, ops, factors, mean, inv_std, contrast=True):
+        for t in (x, out, ops, factors) + ((mean, inv_std) if mean is not None else ()):
+            assert t.device.type == "cuda", t.device
+        assert x.is_contiguous() and out.shape == x.shape and out.dtype == x.dtype
+        assert ops.dtype == torch.int32 and factors.dtype == torch.float32 and ops.shape == factors.shape
+        assert ops.shape[0] == x.shape[0]
+        self.calls += 1
+        return True
+
+
+@pytest.fixture(params=["torch color kernels", "triton color kernel"])
+def fake_cuda(monkeypatch, request):
     """A context manager for fake mode, with CUDA accepted as a device and the (fake) default
-    generator; ops are built before entering it (their argument checks read values)."""
+    generator; ops are built before entering it (their argument checks read values). Runs each
+    test with the torch color kernels and with the Triton kernel's launch stubbed out."""
     monkeypatch.setattr(pipeline_module, "select_device", lambda device: torch.device(device))
     monkeypatch.setattr(pipeline_module.Pipeline, "_get_generator", lambda self: None)
-    return lambda: fake_tensor.FakeTensorMode(allow_non_fake_inputs=True)
+    stub = _TritonStub() if request.param == "triton color kernel" else None
+    monkeypatch.setattr(pipeline_module, "_gpu_color", lambda device: stub)
+    yield lambda: fake_tensor.FakeTensorMode(allow_non_fake_inputs=True)
+    if stub is not None:
+        assert stub.calls > 0
 
 
 def ops():

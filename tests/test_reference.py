@@ -13,6 +13,7 @@ from torchvision.transforms import v2
 
 import gpuaug as ga
 import gpuaug.functional as gaF
+import gpuaug.pipeline as pipeline_module
 from conftest import central_disc, psnr, to_float
 
 COLOR_TOL = 2 / 255
@@ -22,27 +23,51 @@ def run(ops, images, **kw):
     return ga.Pipeline(*ops, device="cpu", seed=kw.pop("seed", 0), **kw)(images, return_params=True)
 
 
+def _set_path(path, monkeypatch, request):
+    if path == "cpu fused" and not ga.native.available():
+        pytest.skip("the fused CPU color kernel could not be built here")
+    if path != "cpu fused":
+        monkeypatch.setenv("GPUAUG_NATIVE", "0")
+    if path in ("one pass", "cuda kernels"):
+        monkeypatch.setattr(ga.cpu, "OWN_PATH", False)
+    if path == "cuda kernels":
+        kernel = request.getfixturevalue("interpreted_gpu_color")
+        monkeypatch.setattr(pipeline_module, "_gpu_color", lambda device: kernel)
+        calls = []
+
+        def strict(*args, **kwargs):  # no fallback: a kernel failure must fail the test
+            calls.append(kernel.color_program(*args, **kwargs))
+            return True
+
+        monkeypatch.setattr(kernel, "run_or_disable", strict)
+        yield path
+        assert calls, "the Triton color kernel was not called"
+        return
+    yield path
+
+
 @pytest.fixture(params=["cpu fused", "cpu chunks", "one pass"])
 def batch_path(request, monkeypatch):
     """Run a test three ways: as the CPU runs a batch (chunks; plain resized crops of uint8 images
     by torchvision's own uint8 kernel, other maps by float resampling of each image's read area;
     the color ops as one fused C kernel); the same with torch color kernels (chunks grouped by
     color passes, empty passes skipped: the CPU's path where no C compiler is found); and as CUDA
-    does (the whole batch in one pass, float resampling, torch kernels)."""
-    if request.param == "cpu fused" and not ga.native.available():
-        pytest.skip("the fused CPU color kernel could not be built here")
-    if request.param != "cpu fused":
-        monkeypatch.setenv("GPUAUG_NATIVE", "0")
-    if request.param == "one pass":
-        monkeypatch.setattr(ga.cpu, "OWN_PATH", False)
-    return request.param
+    does without Triton (the whole batch in one pass, float resampling, torch kernels)."""
+    yield from _set_path(request.param, monkeypatch, request)
+
+
+@pytest.fixture(params=["cpu fused", "cpu chunks", "one pass", "cuda kernels"])
+def color_path(request, monkeypatch):
+    """``batch_path``'s three ways and a fourth for the color tests: as CUDA does with Triton
+    (one pass, the color ops by gpuaug.gpu_color's kernel, run by Triton's CPU interpreter)."""
+    yield from _set_path(request.param, monkeypatch, request)
 
 
 def resized_crop_reference(img, top, left, height, width, size, path):
     """torchvision's resized crop of a uint8 photo, as the pipeline computes it on ``path``: on
     the CPU paths with torchvision's uint8 kernel (rounded to integers, as a torchvision user
     gets it), on the one-pass (CUDA) path in float."""
-    if path == "one pass":
+    if path in ("one pass", "cuda kernels"):
         return TF.resized_crop(to_float(img), top, left, height, width, size, antialias=True)
     return to_float(TF.resized_crop(img, top, left, height, width, size, antialias=True))
 
@@ -208,7 +233,7 @@ COLOR_CASES = [
 
 
 @pytest.mark.parametrize("kwargs,reference", COLOR_CASES)
-def test_color_jitter_single_adjustment(small_photos, kwargs, reference, batch_path):
+def test_color_jitter_single_adjustment(small_photos, kwargs, reference, color_path):
     x = torch.stack(small_photos)
     out = ga.Pipeline(ga.ColorJitter(**kwargs), device="cpu")(x)
     for i in range(len(x)):
@@ -247,14 +272,14 @@ def test_adjust_hue_kernel_on_ties_and_grays():
         assert (out[i] - TF.adjust_hue(x[i], float(factors[i]))).abs().max() <= 1e-5
 
 
-def test_hue_on_ties_and_grays_through_the_pipeline(batch_path):
+def test_hue_on_ties_and_grays_through_the_pipeline(color_path):
     x = torch.randint(0, 6, (8, 3, 32, 32), generator=torch.Generator().manual_seed(0)).float() / 5
     for factor in (-0.5, -0.2, 0.0, 1 / 3, 0.5):
         out = ga.Pipeline(ga.ColorJitter(hue=(factor, factor)), device="cpu")(x)
         assert (out - TF.adjust_hue(x, factor)).abs().max() <= 1e-5
 
 
-def test_color_jitter_per_sample_order_and_factors(small_photos, batch_path):
+def test_color_jitter_per_sample_order_and_factors(small_photos, color_path):
     x = torch.stack(small_photos * 8)
     out, params = run([ga.ColorJitter(0.4, 0.4, 0.4, 0.1)], x, seed=2)
     p = params[0]
@@ -268,7 +293,7 @@ def test_color_jitter_per_sample_order_and_factors(small_photos, batch_path):
         assert (out[i] - ref).abs().max() <= COLOR_TOL
 
 
-def test_color_jitter_subset_keeps_per_sample_order(small_photos, batch_path):
+def test_color_jitter_subset_keeps_per_sample_order(small_photos, color_path):
     x = torch.stack(small_photos * 4)
     out, params = run([ga.ColorJitter(contrast=0.5, hue=0.2)], x, seed=4)
     p = params[0]
@@ -283,7 +308,7 @@ def test_color_jitter_subset_keeps_per_sample_order(small_photos, batch_path):
         assert (out[i] - ref).abs().max() <= COLOR_TOL
 
 
-def test_grayscale_p1_and_one_channel_images(small_photos, batch_path):
+def test_grayscale_p1_and_one_channel_images(small_photos, color_path):
     x = torch.stack(small_photos)
     out = ga.Pipeline(ga.RandomGrayscale(1.0), device="cpu")(x)
     for i in range(len(x)):
@@ -299,13 +324,13 @@ def test_grayscale_p1_and_one_channel_images(small_photos, batch_path):
         assert (out[i] - ref).abs().max() <= COLOR_TOL
 
 
-def test_normalize(small_photos, batch_path):
+def test_normalize(small_photos, color_path):
     x = torch.stack(small_photos)
     out = ga.Pipeline(ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD), device="cpu")(x)
     assert (out - TF.normalize(x, list(ga.IMAGENET_MEAN), list(ga.IMAGENET_STD))).abs().max() < 1e-5
 
 
-def test_full_pipeline_per_sample_against_torchvision_chain(photos, batch_path):
+def test_full_pipeline_per_sample_against_torchvision_chain(photos, color_path):
     ops = [ga.RandomResizedCrop(224), ga.RandomHorizontalFlip(), ga.RandomRotation(15),
            ga.ColorJitter(0.4, 0.4, 0.4, 0.1), ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD)]
     batch = photos * 3
@@ -315,7 +340,7 @@ def test_full_pipeline_per_sample_against_torchvision_chain(photos, batch_path):
     disc = central_disc(224, 224)
     for i, img in enumerate(batch):
         ref = resized_crop_reference(img, *(int(crop[k][i]) for k in ("top", "left", "height", "width")), [224, 224],
-                                     batch_path)
+                                     color_path)
         if flip["flip"][i]:
             ref = TF.horizontal_flip(ref)
         ref = TF.rotate(ref, float(rot["angle"][i]), interpolation=InterpolationMode.BILINEAR, fill=0)
@@ -328,8 +353,6 @@ def test_full_pipeline_per_sample_against_torchvision_chain(photos, batch_path):
 
 def test_crop_boxes_find_plain_crops_only(photos, monkeypatch):
     """The CPU's uint8 path takes only maps that are a plain crop resized (+ flip)."""
-    import gpuaug.pipeline as pipeline_module
-
     found, original = [], pipeline_module.crop_boxes
     monkeypatch.setattr(pipeline_module, "crop_boxes", lambda *args: found.append(original(*args)) or found[-1])
     img = photos[1]  # 400 x 600

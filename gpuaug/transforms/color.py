@@ -16,6 +16,8 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 _BRIGHTNESS, _CONTRAST, _SATURATION, _HUE = range(4)
+# The kernels' op codes follow the same order, so a step's code is its id + OP_BRIGHTNESS.
+assert (OP_CONTRAST, OP_SATURATION, OP_HUE) == (OP_BRIGHTNESS + 1, OP_BRIGHTNESS + 2, OP_BRIGHTNESS + 3)
 
 
 class ColorOp(Op):
@@ -29,10 +31,28 @@ class ColorOp(Op):
         return None
 
     def program(self, params: Params) -> tuple[Tensor, Tensor] | None:
-        """This op as per-sample steps of the fused CPU kernel (:mod:`gpuaug.native`):
-        ``(B, S)`` int32 op codes and ``(B, S)`` float32 factors, run left to right; ``None`` if
-        the op cannot be written so (the pipeline then uses :meth:`apply`)."""
+        """This op as per-sample steps of the fused color kernels (:mod:`gpuaug.native` on the
+        CPU, :mod:`gpuaug.gpu_color` on CUDA): ``(B, S)`` int32 op codes and ``(B, S)`` float32
+        factors, run left to right; ``None`` if the op cannot be written so (the pipeline then
+        uses :meth:`apply`)."""
         return None
+
+    def takes_contrast(self) -> bool:
+        """Whether :meth:`program` can hold a contrast step (whose mean needs a reduction)."""
+        return False
+
+
+def color_programs(color_ops, by_op: dict, n: int, device) -> tuple[Tensor, Tensor, Normalize | None] | None:
+    """The pipeline's color ops as one program per sample for the fused kernels: ``(ops, factors,
+    normalize)``, ``ops``/``factors`` ``(n, S)`` int32/float32 (S may be 0) and the final
+    ``Normalize`` (or None), which the kernels run last; ``None`` if an op has no program."""
+    normalize = color_ops[-1] if color_ops and isinstance(color_ops[-1], Normalize) else None
+    programs = [op.program(by_op[id(op)]) for op in color_ops if op is not normalize]
+    if any(p is None for p in programs):
+        return None
+    if not programs:
+        return torch.zeros(n, 0, dtype=torch.int32, device=device), torch.zeros(n, 0, device=device), normalize
+    return torch.cat([p[0] for p in programs], 1), torch.cat([p[1] for p in programs], 1), normalize
 
 
 def _blend_matrices(which: Tensor, factor: Tensor, channels: int, dtype: torch.dtype):
@@ -114,8 +134,10 @@ class ColorJitter(ColorOp):
 
     def program(self, params: Params) -> tuple[Tensor, Tensor]:
         steps, step_factor = self._steps(params)
-        codes = torch.tensor([OP_BRIGHTNESS, OP_CONTRAST, OP_SATURATION, OP_HUE], dtype=torch.int32)
-        return codes.to(steps.device)[steps], step_factor.to(torch.float32)
+        return (steps + OP_BRIGHTNESS).to(torch.int32), step_factor.to(torch.float32)
+
+    def takes_contrast(self) -> bool:
+        return self.contrast is not None
 
     def group_key(self, params: Params) -> Tensor | None:
         """``(B,)`` how many blends each sample runs before hue (``None`` without hue): samples with
@@ -209,7 +231,7 @@ class Normalize(ColorOp):
             raise ValueError(f"std should be positive, got {std_t.tolist()}, leading to division by zero.")
         self.register_buffer("mean", mean_t)
         self.register_buffer("std", std_t)
-        self.register_buffer("inv_std", 1.0 / std_t.double(), persistent=False)  # float64: one rounding to x.dtype
+        self.register_buffer("inv_std", (1.0 / std_t.double()).float(), persistent=False)
 
     def extra_repr(self) -> str:
         return f"mean={[round(v, 4) for v in self.mean.tolist()]}, std={[round(v, 4) for v in self.std.tolist()]}"

@@ -1,0 +1,213 @@
+"""The fused color kernel for CUDA, in Triton: every color op of a pipeline in one pass.
+
+On CUDA each torch op is a kernel launch and a pass over the batch in memory: the torch color
+path takes ~110 launches per batch for a ColorJitter with hue, and reads and writes the images
+~30 times. This kernel runs each sample's color program (the same programs as the fused CPU
+kernel, :mod:`gpuaug.native`: ColorJitter's steps in each sample's order, RandomGrayscale as
+saturation 0, then Normalize) on a tile of pixels held in registers, in float32, and writes the
+result once, in the output dtype. A contrast step needs the mean gray of the image as it stands
+before that step, so each step that may be contrast first gets one reduction launch (one program
+per sample; samples whose step is not contrast skip it). Launches per batch: one per step (where a
+contrast can occur) plus one; no host sync.
+
+Formulas (torchvision's, as in native/color.c): brightness ``clamp(f x)``, contrast
+``clamp(f x + (1 - f) mean(gray))``, saturation ``clamp(f x + (1 - f) gray)``, hue the HSV
+shift of :func:`gpuaug.functional.color.adjust_hue`, normalize ``(x - mean) * inv_std``.
+
+Triton comes with torch's CUDA wheels on Linux. Where it is missing (or ``GPUAUG_TRITON=0``)
+:func:`usable` is False and the pipeline runs its torch color kernels, which give the same results.
+Tests run this kernel on the CPU through Triton's interpreter (``TRITON_INTERPRET=1``).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import torch
+from torch import Tensor
+
+from .native import OP_BRIGHTNESS, OP_CONTRAST, OP_HUE, OP_SATURATION
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - torch's Linux CUDA wheels ship triton
+    triton = None
+
+BLOCK = 1024  # pixels per program: 4 warps x 32 threads x 8
+_state: dict = {}
+
+
+def usable(device) -> bool:
+    """Whether the pipeline should run its color ops through this kernel on ``device``: CUDA,
+    Triton importable, not disabled by ``GPUAUG_TRITON=0``, and no earlier launch failed."""
+    if triton is None or torch.device(device).type != "cuda" or _state.get("broken"):
+        return False
+    return os.environ.get("GPUAUG_TRITON", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+if triton is not None:
+    # Kernels may read module globals only as constexpr.
+    _BRIGHTNESS, _CONTRAST = tl.constexpr(OP_BRIGHTNESS), tl.constexpr(OP_CONTRAST)
+    _SATURATION, _HUE = tl.constexpr(OP_SATURATION), tl.constexpr(OP_HUE)
+
+    # Only Triton builtins and these helpers in the kernels (not tl.zeros or tl.sum, which are
+    # themselves jit functions): then a copy of this module loaded with TRITON_INTERPRET=1 runs
+    # entirely in Triton's interpreter, which is how the tests run it without a GPU.
+
+    @triton.jit
+    def _clamp01(v):
+        return tl.minimum(tl.maximum(v, 0.0), 1.0)
+
+    @triton.jit
+    def _add(a, b):
+        return a + b
+
+    @triton.jit
+    def _run_steps(r, g, b, ops, factors, contrast_means, stop, CHANNELS: tl.constexpr):
+        """Steps ``[0, stop)`` of one sample's program on a tile (r, g, b float32 blocks)."""
+        for s in range(0, stop):
+            op = tl.load(ops + s)
+            f = tl.load(factors + s)
+            if op == _BRIGHTNESS:
+                r, g, b = _clamp01(f * r), _clamp01(f * g), _clamp01(f * b)
+            elif op == _CONTRAST:
+                offset = (1.0 - f) * tl.load(contrast_means + s)
+                r, g, b = _clamp01(f * r + offset), _clamp01(f * g + offset), _clamp01(f * b + offset)
+            elif op == _SATURATION:
+                if CHANNELS == 3:
+                    gray = (1.0 - f) * (r * 0.2989 + g * 0.587 + b * 0.114)
+                    r, g, b = _clamp01(f * r + gray), _clamp01(f * g + gray), _clamp01(f * b + gray)
+            elif op == _HUE:
+                if CHANNELS == 3:
+                    v = tl.maximum(tl.maximum(r, g), b)
+                    m = tl.minimum(tl.minimum(r, g), b)
+                    c = v - m
+                    # Hue in sixths of a turn from the max channel; ties pick r, then g (torchvision).
+                    num = tl.where(r == v, g - b, tl.where(g == v, b - r + 2.0 * c, r - g + 4.0 * c))
+                    h = 6.0 * f + num / tl.maximum(c, 1e-12)
+                    h = h - 6.0 * tl.floor(h * (1.0 / 6.0))
+                    r = m + c * _clamp01(tl.abs(h - 3.0) - 1.0)
+                    g = v - c * _clamp01(tl.abs(h - 2.0) - 1.0)
+                    b = v - c * _clamp01(tl.abs(h - 4.0) - 1.0)
+        return r, g, b
+
+    @triton.jit
+    def _load_tile(image, offs, mask, pixels, CHANNELS: tl.constexpr):
+        r = tl.load(image + offs, mask=mask, other=0.0).to(tl.float32)
+        if CHANNELS == 3:
+            g = tl.load(image + pixels + offs, mask=mask, other=0.0).to(tl.float32)
+            b = tl.load(image + 2 * pixels + offs, mask=mask, other=0.0).to(tl.float32)
+        else:
+            g, b = r, r
+        return r, g, b
+
+    @triton.jit
+    def _contrast_mean_kernel(src, ops, factors, contrast_means, pixels, step,
+                              STEPS: tl.constexpr, CHANNELS: tl.constexpr, BLOCK: tl.constexpr):
+        """Grid ``(B,)``: where sample n's step ``step`` is contrast, the mean gray of its image
+        after steps ``[0, step)`` -> ``contrast_means[n, step]``."""
+        n = tl.program_id(0)
+        row = n.to(tl.int64) * STEPS
+        if tl.load(ops + row + step) == _CONTRAST:
+            image = src + n.to(tl.int64) * CHANNELS * pixels
+            total = tl.full([BLOCK], 0.0, tl.float32)
+            for start in range(0, pixels, BLOCK):
+                offs = start + tl.arange(0, BLOCK)
+                mask = offs < pixels
+                r, g, b = _load_tile(image, offs, mask, pixels, CHANNELS)
+                r, g, b = _run_steps(r, g, b, ops + row, factors + row, contrast_means + row, step, CHANNELS)
+                if CHANNELS == 3:
+                    r = r * 0.2989 + g * 0.587 + b * 0.114  # the gray image
+                total += tl.where(mask, r, 0.0)
+            tl.store(contrast_means + row + step, tl.reduce(total, 0, _add) / pixels)
+
+    @triton.jit
+    def _color_kernel(src, out, ops, factors, contrast_means, mean, inv_std, pixels,
+                      STEPS: tl.constexpr, CHANNELS: tl.constexpr, NORMALIZE: tl.constexpr, BLOCK: tl.constexpr):
+        """Grid ``(tiles, B)``: every step of sample n's program on one tile, then normalize,
+        written to ``out`` in its dtype."""
+        tile, n = tl.program_id(0), tl.program_id(1)
+        row = n.to(tl.int64) * STEPS
+        base = n.to(tl.int64) * CHANNELS * pixels
+        offs = tile * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < pixels
+        r, g, b = _load_tile(src + base, offs, mask, pixels, CHANNELS)
+        r, g, b = _run_steps(r, g, b, ops + row, factors + row, contrast_means + row, STEPS, CHANNELS)
+        if NORMALIZE:
+            r = (r - tl.load(mean)) * tl.load(inv_std)
+            if CHANNELS == 3:
+                g = (g - tl.load(mean + 1)) * tl.load(inv_std + 1)
+                b = (b - tl.load(mean + 2)) * tl.load(inv_std + 2)
+        dtype = out.dtype.element_ty
+        tl.store(out + base + offs, r.to(dtype), mask=mask)
+        if CHANNELS == 3:
+            tl.store(out + base + pixels + offs, g.to(dtype), mask=mask)
+            tl.store(out + base + 2 * pixels + offs, b.to(dtype), mask=mask)
+
+
+def color_program(x: Tensor, out: Tensor, ops: Tensor, factors: Tensor, mean: Tensor | None = None,
+                  inv_std: Tensor | None = None, contrast: bool = True) -> Tensor:
+    """Run each sample's color program on ``x`` into ``out``.
+
+    Args:
+        x: ``(B, C, H, W)`` float16, bfloat16 or float32 images in [0, 1], contiguous, C in {1, 3}.
+        out: a contiguous float tensor of ``x``'s shape (any float dtype), on its device.
+        ops: ``(B, S)`` int32 op codes (``gpuaug.native.OP_*``), run left to right.
+        factors: ``(B, S)`` float32, each step's factor.
+        mean, inv_std: ``(C,)`` float32 for a final normalize, or both None.
+        contrast: False when no step can be contrast (skips the reduction launches).
+
+    Returns:
+        ``out``. Raises ``ValueError``/``TypeError`` on arguments the kernel does not take.
+    """
+    if triton is None:
+        raise RuntimeError("gpuaug.gpu_color needs triton (it ships with torch's Linux CUDA wheels)")
+    if x.dim() != 4 or x.shape[1] not in (1, 3):
+        raise ValueError(f"expected images (B, C, H, W) with C in {{1, 3}}, got shape {tuple(x.shape)}")
+    if not x.is_floating_point() or not out.is_floating_point():
+        raise TypeError(f"expected float images and output, got {x.dtype} and {out.dtype}")
+    if out.shape != x.shape or out.device != x.device or not (x.is_contiguous() and out.is_contiguous()):
+        raise ValueError(f"out should be contiguous with x's shape {tuple(x.shape)} on {x.device}, got "
+                         f"{tuple(out.shape)} on {out.device}")
+    B, C, H, W = x.shape
+    if ops.shape != factors.shape or ops.dim() != 2 or ops.shape[0] != B:
+        raise ValueError(f"ops and factors should both be (B={B}, S), got {tuple(ops.shape)} and {tuple(factors.shape)}")
+    if ops.dtype != torch.int32 or factors.dtype != torch.float32:
+        raise TypeError(f"ops should be int32 and factors float32, got {ops.dtype} and {factors.dtype}")
+    if (mean is None) != (inv_std is None) or (mean is not None and (mean.numel() != C or inv_std.numel() != C)):
+        raise ValueError(f"mean and inv_std should both be None or both hold {C} values")
+    steps = ops.shape[1]
+    ops, factors = ops.contiguous(), factors.contiguous()
+    # Written by the reduction launch for each contrast step, read only there: no fill needed.
+    contrast_means = torch.empty(B, max(steps, 1), device=x.device, dtype=torch.float32)
+    pixels = H * W
+    if contrast:
+        for step in range(steps):
+            _contrast_mean_kernel[(B,)](x, ops, factors, contrast_means, pixels, step,
+                                        STEPS=steps, CHANNELS=C, BLOCK=BLOCK)
+    normalize = mean is not None
+    mean = mean.to(torch.float32).contiguous() if normalize else factors
+    inv_std = inv_std.to(torch.float32).contiguous() if normalize else factors
+    _color_kernel[(triton.cdiv(pixels, BLOCK), B)](x, out, ops, factors, contrast_means, mean, inv_std, pixels,
+                                                   STEPS=steps, CHANNELS=C, NORMALIZE=normalize, BLOCK=BLOCK)
+    return out
+
+
+def run_or_disable(x: Tensor, out: Tensor, *program, contrast: bool = True) -> bool:
+    """:func:`color_program`, except that a failure of the first launch (Triton cannot compile
+    for this GPU, say) warns once and turns the kernel off for the process -> False (the caller
+    then runs the torch kernels). Later failures propagate."""
+    if _state.get("ran"):
+        color_program(x, out, *program, contrast=contrast)
+        return True
+    try:
+        color_program(x, out, *program, contrast=contrast)
+    except Exception as error:  # noqa: BLE001 - any compile or launch failure: fall back, loudly
+        _state["broken"] = True
+        warnings.warn(f"gpuaug: the Triton color kernel failed ({type(error).__name__}: {error}); "
+                      "using the torch color kernels from now on", RuntimeWarning, stacklevel=3)
+        return False
+    _state["ran"] = True
+    return True
