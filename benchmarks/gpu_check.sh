@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one device check, for a session that is lent a GPU (device tool, one call, ~4-5 minutes;
 # the timeouts below bound it at 10): CUDA tests, the GPU benchmark, torch.compile's effect and a
-# kernel profile of the pipeline, everything written under $OUT.
+# kernel profile of the pipeline (with the Triton color kernel, then with GPUAUG_TRITON=0 for the
+# torch color kernels), everything written under $OUT.
 # Run from the repository root:  bash benchmarks/gpu_check.sh
 # The device image has torch, torchvision, scikit-image, tqdm and matplotlib but no kornia and no
 # network: carry kornia's wheels in wheels/ (pip download kornia kornia-rs --no-deps
@@ -45,3 +46,7 @@ timeout 75 $PY benchmarks/compile_check.py --device cuda --batch 256 --mode redu
 
 echo "== where the CUDA pipeline's time goes (batch 256)"
 timeout 45 $PY benchmarks/profile_pipeline.py --device cuda --batch 256 2>&1 | tee "$OUT/profile_gpu.txt" | tail -n 28
+
+echo "== the same with the torch color kernels instead of the Triton one (GPUAUG_TRITON=0)"
+GPUAUG_TRITON=0 timeout 45 $PY benchmarks/profile_pipeline.py --device cuda --batch 256 --rows 8 2>&1 \
+  | tee "$OUT/profile_gpu_no_triton.txt" | tail -n 14

@@ -195,6 +195,7 @@ def color_program(x: Tensor, out: Tensor, ops: Tensor, factors: Tensor, mean: Te
     return out
 
 
+@torch.compiler.disable  # torch.compile runs it as is (it is one fused kernel already)
 def run_or_disable(x: Tensor, out: Tensor, *program, contrast: bool = True) -> bool:
     """:func:`color_program`, except that a failure of the first launch (Triton cannot compile
     for this GPU, say) warns once and turns the kernel off for the process -> False (the caller

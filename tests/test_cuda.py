@@ -1,5 +1,7 @@
 """CUDA-only checks; they skip cleanly on machines without a GPU (CI has none)."""
 
+import warnings
+
 import pytest
 import torch
 
@@ -63,3 +65,25 @@ def test_torch_compile_matches_eager(photos):
     compiled = torch.compile(pipe)
     out = compiled(batch, params=params)
     assert (out.float() - eager.float()).abs().max() < 4 / 255
+
+
+def test_triton_color_kernel_matches_torch_color_kernels(photos, monkeypatch):
+    """The compiled Triton color kernel (the default on CUDA) against the torch color kernels
+    (GPUAUG_TRITON=0), same params: only float16 rounding differs (and hue wraps, as above)."""
+    from gpuaug import gpu_color
+
+    if gpu_color.triton is None:
+        pytest.skip("Triton is not installed here")
+    assert not gpu_color._state.get("broken"), "an earlier launch of the Triton color kernel failed (see its warning)"
+    monkeypatch.delenv("GPUAUG_TRITON", raising=False)
+    batch = torch.stack([torch.nn.functional.interpolate(p[None].float(), size=(240, 320))[0] for p in photos * 4])
+    batch = batch.to(torch.uint8).cuda()
+    steps = ops() + [ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # a fallback warning: the kernel did not run
+        fused, params = ga.Pipeline(*steps, device="cuda", seed=3)(batch, return_params=True)
+    monkeypatch.setenv("GPUAUG_TRITON", "0")
+    plain = ga.Pipeline(*steps, device="cuda", seed=3)(batch, params=params)
+    err = (fused.float() - plain.float()).abs()
+    assert (err > 4 / 255 / min(ga.IMAGENET_STD)).float().mean() < 1e-4, err.max()
+

@@ -122,3 +122,28 @@ def test_a_failing_launch_warns_once_and_the_pipeline_uses_torch_kernels(kernel,
         out = ga.Pipeline(*ops, device="cpu", seed=1)(x)
     assert torch.equal(out, expected)
     assert not kernel.usable(torch.device("cuda"))  # off for the process: no warning per batch
+
+
+@pytest.mark.parametrize("arch", [80, 90])  # A100, H100/H200
+def test_kernels_compile_for_the_gpus_we_target(arch):
+    """The interpreter above checks what the kernels compute, not that Triton's compiler takes
+    them: compile both to a cubin (ptxas runs; no GPU needed) for every dtype and channel count."""
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from gpuaug import gpu_color
+
+    target = GPUTarget("cuda", arch, 32)
+    for dtype in ("fp16", "bf16", "fp32"):
+        for channels in (1, 3):
+            color = {"src": f"*{dtype}", "out": f"*{dtype}", "ops": "*i32", "factors": "*fp32",
+                     "contrast_means": "*fp32", "mean": "*fp32", "inv_std": "*fp32", "pixels": "i32",
+                     "STEPS": "constexpr", "CHANNELS": "constexpr", "NORMALIZE": "constexpr", "BLOCK": "constexpr"}
+            means = {"src": f"*{dtype}", "ops": "*i32", "factors": "*fp32", "contrast_means": "*fp32", "pixels": "i32",
+                     "step": "i32", "STEPS": "constexpr", "CHANNELS": "constexpr", "BLOCK": "constexpr"}
+            constants = {"STEPS": 5, "CHANNELS": channels, "BLOCK": gpu_color.BLOCK}
+            for fn, signature, extra in ((gpu_color._color_kernel, color, {"NORMALIZE": True}),
+                                         (gpu_color._contrast_mean_kernel, means, {})):
+                compiled = triton.compile(ASTSource(fn, signature, constexprs={**constants, **extra}), target=target)
+                assert len(compiled.asm["cubin"]) > 0
