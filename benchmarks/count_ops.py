@@ -6,9 +6,9 @@ per stage (draw, plan, geometry, each color op, finish) for the README pipeline 
 ops, with an 8x8 output) and the time of a call on ``--batch`` 16x20 images: almost all of it is dispatch, the
 host's per-batch cost that a GPU cannot hide when it launches kernels faster than they run.
 
-Two rows: the color ops by torch kernels (CUDA without Triton, or ``GPUAUG_TRITON=0``) and by the
-fused Triton kernel (gpuaug.gpu_color; its launches are counted, not run: on the CPU the pipeline
-gets a stand-in that only counts them, so that row's time leaves out the color work).
+Two rows: the warp and color ops by torch kernels (CUDA without Triton, or ``GPUAUG_TRITON=0``)
+and by the Triton kernels (gpuaug.gpu_kernels; their launches are counted, not run: on the CPU the
+pipeline gets a stand-in that only counts them, so that row's time leaves out that work).
 """
 
 import argparse
@@ -27,15 +27,22 @@ _stage = ["other"]
 
 
 class _CountLaunches:
-    """Stands in for gpuaug.gpu_color: counts the kernel's launches (one per step where a
-    contrast can occur, plus one), writes nothing."""
+    """Stands in for gpuaug.gpu_kernels: counts the Triton launches (the color program: one per
+    step where a contrast can occur, plus one; the warp: one), runs none."""
 
     def __init__(self):
         self.launches = 0
 
-    def run_or_disable(self, x, out, ops, factors, mean, inv_std, contrast=True):
+    def guarded(self, launch, *args, **kwargs):
+        return launch(*args, **kwargs)
+
+    def color_program(self, x, out, ops, factors, mean, inv_std, contrast=True):
         self.launches += (ops.shape[1] if contrast else 0) + 1
-        return True
+        return out
+
+    def warp_affine(self, x, matrix, fill=None):
+        self.launches += 1
+        return torch.empty_like(x)
 
 
 class _Count(TorchDispatchMode):
@@ -73,7 +80,7 @@ def _measure(pipe, x, calls: int, show_ops: bool, label: str) -> None:
     order = ["draw", "plan", "geometry", *[type(op).__name__ for op in pipe._color_ops], "color (Triton)", "finish",
              "other"]
     counts = " | ".join(f"{k} {counter.counts[k]}" for k in order if counter.counts[k])
-    kernel = pipeline_module._gpu_color(None)
+    kernel = pipeline_module._gpu_kernels(None)
     extra, launches = "", 0
     if kernel is not None:
         launches = kernel.launches // (calls + 2)
@@ -99,8 +106,8 @@ def main(argv=None) -> None:
         setattr(Pipeline, name, _labelled(getattr(Pipeline, name), name.strip("_")))
     x = torch.randint(0, 256, (args.batch, 3, 16, 20), dtype=torch.uint8)
     print(f"count_ops: README pipeline (8x8 output), CUDA code path on the CPU, {time.strftime('%Y-%m-%d')}")
-    for label, kernel in (("torch color kernels", None), ("Triton color kernel", _CountLaunches())):
-        pipeline_module._gpu_color = lambda device, kernel=kernel: kernel
+    for label, kernel in (("torch kernels", None), ("Triton kernels", _CountLaunches())):
+        pipeline_module._gpu_kernels = lambda device, kernel=kernel: kernel
         # The README pipeline with an 8x8 output, so the pixel work is negligible.
         pipe = ga.Pipeline(ga.RandomResizedCrop(8), ga.RandomHorizontalFlip(), ga.RandomRotation(15),
                            ga.ColorJitter(0.4, 0.4, 0.4, 0.1), ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD),

@@ -130,15 +130,15 @@ class Pipeline(nn.Module):
         first = items[0] if isinstance(items, list) else items
         channels = first.shape[-3]
         plan = self._plan(sizes, by_op, len(items), channels, uint8=first.dtype == torch.uint8)
+        own = cpu.own_path(self.device)
+        plan["kernels"] = None if own else _gpu_kernels(self.device)
 
-        # The plan (taps, matrices) is built once for the whole batch. On CUDA: one pass, the color
-        # ops as one Triton kernel (gpuaug.gpu_color) or else torch kernels. On the CPU
+        # The plan (taps, matrices) is built once for the whole batch. On CUDA: one pass, the warp
+        # and the color ops as Triton kernels (gpuaug.gpu_kernels) or else torch kernels. On the CPU
         # (gpuaug.cpu): chunks of a few images that stay in cache, and the color ops as one fused C
         # kernel per chunk where it is built (gpuaug.native).
-        own = cpu.own_path(self.device)
         on_cpu_kernel = own and self.compute_dtype() == torch.float32
-        gpu_kernel = None if own else _gpu_color(self.device)
-        on_gpu_kernel = gpu_kernel is not None
+        on_gpu_kernel = plan["kernels"] is not None
         program = None
         if self._color_ops and (on_cpu_kernel or on_gpu_kernel):
             program = color_programs(self._color_ops, by_op, len(items), self.device)
@@ -158,7 +158,7 @@ class Pipeline(nn.Module):
                 native.color_program(x, out, index, *fused)
                 continue
             if on_gpu_kernel and program is not None:
-                out = self._color_gpu(gpu_kernel, x, program)
+                out = self._color_gpu(plan["kernels"], x, program)
                 if out is not None:  # CUDA: one part, the whole batch
                     break
             for op in self._color_ops:
@@ -272,12 +272,14 @@ class Pipeline(nn.Module):
                 x, rows, cols = cpu.crop_to_taps(x, rows, cols, dt)
             x = resample_separable(x, rows, cols, dt)
         if warp is not None:
-            x = warp_affine(x, warp, plan["fill"])
+            kernels = plan.get("kernels")
+            warped = kernels.guarded(kernels.warp_affine, x, warp, plan["fill"]) if kernels is not None else None
+            x = warped if warped is not None else warp_affine(x, warp, plan["fill"])
         return x.contiguous()
 
-    def _color_gpu(self, kernel, x: Tensor, program: tuple) -> Tensor | None:
+    def _color_gpu(self, kernels, x: Tensor, program: tuple) -> Tensor | None:
         """The color ops on CUDA by the fused Triton kernel -> the result, or None where the
-        kernel failed to launch (it warned; the caller runs the torch kernels)."""
+        kernels failed to launch (it warned; the caller runs the torch kernels)."""
         ops, factors, normalize = program
         mean = inv_std = None
         if normalize is not None:
@@ -285,7 +287,7 @@ class Pipeline(nn.Module):
             mean, inv_std = normalize.mean, normalize.inv_std
         out = torch.empty_like(x)
         contrast = any(op.takes_contrast() for op in self._color_ops)
-        return out if kernel.run_or_disable(x, out, ops, factors, mean, inv_std, contrast=contrast) else None
+        return kernels.guarded(kernels.color_program, x, out, ops, factors, mean, inv_std, contrast=contrast)
 
     def _finish(self, x: Tensor, n: int, frames: int) -> Tensor:
         """Cast to the output dtype, restore clips' ``(B, T, ...)`` (``frames`` > 0), lay out memory."""
@@ -368,14 +370,14 @@ class Pipeline(nn.Module):
         return out
 
 
-def _gpu_color(device: torch.device):
-    """:mod:`gpuaug.gpu_color` where its Triton kernel should run on ``device``, else None.
+def _gpu_kernels(device: torch.device):
+    """:mod:`gpuaug.gpu_kernels` where its Triton kernels should run on ``device``, else None.
     Imported on first need (Triton takes ~0.1 s to load, and the CPU never needs it)."""
     if device.type != "cuda":
         return None
-    from . import gpu_color
+    from . import gpu_kernels
 
-    return gpu_color if gpu_color.usable(device) else None
+    return gpu_kernels if gpu_kernels.usable(device) else None
 
 
 def _take(items: list | Tensor, part: slice | Tensor) -> list | Tensor:

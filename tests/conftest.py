@@ -42,8 +42,8 @@ def central_disc(h: int, w: int, margin: float = 2.0) -> torch.Tensor:
 
 
 @pytest.fixture(scope="session")
-def interpreted_gpu_color():
-    """gpuaug.gpu_color loaded a second time with ``TRITON_INTERPRET=1``: its Triton kernels run on
+def interpreted_gpu_kernels():
+    """gpuaug.gpu_kernels loaded a second time with ``TRITON_INTERPRET=1``: its Triton kernels run on
     CPU tensors, through Triton's interpreter (slow, numpy-backed, for small tests only)."""
     pytest.importorskip("triton")
     import importlib.util
@@ -55,8 +55,8 @@ def interpreted_gpu_color():
     before = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1"  # read when the kernels are decorated, at module load
     try:
-        spec = importlib.util.spec_from_file_location("gpuaug._gpu_color_interpreted",
-                                                      Path(gpuaug.__file__).with_name("gpu_color.py"))
+        spec = importlib.util.spec_from_file_location("gpuaug._gpu_kernels_interpreted",
+                                                      Path(gpuaug.__file__).with_name("gpu_kernels.py"))
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     finally:

@@ -70,11 +70,11 @@ def test_torch_compile_matches_eager(photos):
 def test_triton_color_kernel_matches_torch_color_kernels(photos, monkeypatch):
     """The compiled Triton color kernel (the default on CUDA) against the torch color kernels
     (GPUAUG_TRITON=0), same params: only float16 rounding differs (and hue wraps, as above)."""
-    from gpuaug import gpu_color
+    from gpuaug import gpu_kernels
 
-    if gpu_color.triton is None:
+    if gpu_kernels.triton is None:
         pytest.skip("Triton is not installed here")
-    assert not gpu_color._state.get("broken"), "an earlier launch of the Triton color kernel failed (see its warning)"
+    assert not gpu_kernels._state.get("broken"), "an earlier launch of the Triton color kernel failed (see its warning)"
     monkeypatch.delenv("GPUAUG_TRITON", raising=False)
     batch = torch.stack([torch.nn.functional.interpolate(p[None].float(), size=(240, 320))[0] for p in photos * 4])
     batch = batch.to(torch.uint8).cuda()

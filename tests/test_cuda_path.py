@@ -49,34 +49,44 @@ class _BlockingCopies(TorchDispatchMode):
 
 
 class _TritonStub:
-    """Stands in for gpuaug.gpu_color (fake tensors cannot be launched on): checks what the
-    pipeline hands the kernel and records the call."""
+    """Stands in for gpuaug.gpu_kernels (fake tensors cannot be launched on): checks what the
+    pipeline hands the kernels and records the calls."""
 
     def __init__(self):
-        self.calls = 0
+        self.calls = []
 
-    def run_or_disable(self, x, out, ops, factors, mean, inv_std, contrast=True):
+    def guarded(self, launch, *args, **kwargs):
+        self.calls.append(launch.__name__)
+        return launch(*args, **kwargs)
+
+    @staticmethod
+    def color_program(x, out, ops, factors, mean, inv_std, contrast=True):
         for t in (x, out, ops, factors) + ((mean, inv_std) if mean is not None else ()):
             assert t.device.type == "cuda", t.device
         assert x.is_contiguous() and out.shape == x.shape and out.dtype == x.dtype
         assert ops.dtype == torch.int32 and factors.dtype == torch.float32 and ops.shape == factors.shape
         assert ops.shape[0] == x.shape[0]
-        self.calls += 1
-        return True
+        return out
+
+    @staticmethod
+    def warp_affine(x, matrix, fill=None):
+        assert x.device.type == matrix.device.type == "cuda" and matrix.shape == (x.shape[0], 3, 3)
+        assert fill is None or fill.device.type == "cuda"
+        return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
-@pytest.fixture(params=["torch color kernels", "triton color kernel"])
+@pytest.fixture(params=["torch kernels", "triton kernels"])
 def fake_cuda(monkeypatch, request):
     """A context manager for fake mode, with CUDA accepted as a device and the (fake) default
     generator; ops are built before entering it (their argument checks read values). Runs each
-    test with the torch color kernels and with the Triton kernel's launch stubbed out."""
+    test with the torch kernels and with the Triton kernels' launches stubbed out."""
     monkeypatch.setattr(pipeline_module, "select_device", lambda device: torch.device(device))
     monkeypatch.setattr(pipeline_module.Pipeline, "_get_generator", lambda self: None)
-    stub = _TritonStub() if request.param == "triton color kernel" else None
-    monkeypatch.setattr(pipeline_module, "_gpu_color", lambda device: stub)
+    stub = _TritonStub() if request.param == "triton kernels" else None
+    monkeypatch.setattr(pipeline_module, "_gpu_kernels", lambda device: stub)
     yield lambda: fake_tensor.FakeTensorMode(allow_non_fake_inputs=True)
     if stub is not None:
-        assert stub.calls > 0
+        assert "color_program" in stub.calls
 
 
 def ops():

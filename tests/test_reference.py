@@ -31,17 +31,17 @@ def _set_path(path, monkeypatch, request):
     if path in ("one pass", "cuda kernels"):
         monkeypatch.setattr(ga.cpu, "OWN_PATH", False)
     if path == "cuda kernels":
-        kernel = request.getfixturevalue("interpreted_gpu_color")
-        monkeypatch.setattr(pipeline_module, "_gpu_color", lambda device: kernel)
+        kernel = request.getfixturevalue("interpreted_gpu_kernels")
+        monkeypatch.setattr(pipeline_module, "_gpu_kernels", lambda device: kernel)
         calls = []
 
-        def strict(*args, **kwargs):  # no fallback: a kernel failure must fail the test
-            calls.append(kernel.color_program(*args, **kwargs))
-            return True
+        def strict(launch, *args, **kwargs):  # no fallback: a kernel failure must fail the test
+            calls.append(launch.__name__)
+            return launch(*args, **kwargs)
 
-        monkeypatch.setattr(kernel, "run_or_disable", strict)
+        monkeypatch.setattr(kernel, "guarded", strict)
         yield path
-        assert calls, "the Triton color kernel was not called"
+        assert calls, "no Triton kernel was called"
         return
     yield path
 
@@ -57,9 +57,10 @@ def batch_path(request, monkeypatch):
 
 
 @pytest.fixture(params=["cpu fused", "cpu chunks", "one pass", "cuda kernels"])
-def color_path(request, monkeypatch):
-    """``batch_path``'s three ways and a fourth for the color tests: as CUDA does with Triton
-    (one pass, the color ops by gpuaug.gpu_color's kernel, run by Triton's CPU interpreter)."""
+def kernel_path(request, monkeypatch):
+    """``batch_path``'s three ways and a fourth for the rotation and color tests: as CUDA does with
+    Triton (one pass, the warp and the color ops by gpuaug.gpu_kernels, run by Triton's CPU
+    interpreter)."""
     yield from _set_path(request.param, monkeypatch, request)
 
 
@@ -183,7 +184,7 @@ def test_flip_after_resized_crop_per_sample(photos, batch_path):
 
 
 @pytest.mark.parametrize("angle", [30.0, -12.5, 90.0, 170.0])
-def test_rotation_matches_torchvision(small_photos, angle):
+def test_rotation_matches_torchvision(small_photos, angle, kernel_path):
     x = torch.stack(small_photos)
     out = ga.Pipeline(ga.RandomRotation((angle, angle)), device="cpu")(x)
     disc = central_disc(*x.shape[-2:])
@@ -193,7 +194,7 @@ def test_rotation_matches_torchvision(small_photos, angle):
         assert (out[i] - ref).abs().max() < 1e-3  # corners too: torchvision's fill rule
 
 
-def test_rotation_fill_per_channel(small_photos):
+def test_rotation_fill_per_channel(small_photos, kernel_path):
     x = small_photos[0]
     out = ga.Pipeline(ga.RandomRotation((40, 40), fill=(0.2, 0.5, 0.9)), device="cpu")(x[None])[0]
     ref = TF.rotate(x, 40, interpolation=InterpolationMode.BILINEAR, fill=[0.2, 0.5, 0.9])
@@ -201,14 +202,14 @@ def test_rotation_fill_per_channel(small_photos):
     assert out[:, 0, 0].tolist() == pytest.approx([0.2, 0.5, 0.9], abs=1e-4)
 
 
-def test_rotation_per_sample_after_crop_and_flips(photos, batch_path):
+def test_rotation_per_sample_after_crop_and_flips(photos, kernel_path):
     ops = [ga.RandomResizedCrop((160, 128)), ga.RandomHorizontalFlip(), ga.RandomVerticalFlip(), ga.RandomRotation(25)]
     out, (crop, hflip, vflip, rot) = run(ops, photos * 3, seed=11)
     assert 0 < int((hflip["flip"] & vflip["flip"]).sum()) and 0 < int((hflip["flip"] ^ vflip["flip"]).sum())
     disc = central_disc(160, 128)
     for i, img in enumerate(photos * 3):
         ref = resized_crop_reference(img, *(int(crop[k][i]) for k in ("top", "left", "height", "width")), [160, 128],
-                                     batch_path)
+                                     kernel_path)
         if hflip["flip"][i]:
             ref = TF.horizontal_flip(ref)
         if vflip["flip"][i]:
@@ -233,7 +234,7 @@ COLOR_CASES = [
 
 
 @pytest.mark.parametrize("kwargs,reference", COLOR_CASES)
-def test_color_jitter_single_adjustment(small_photos, kwargs, reference, color_path):
+def test_color_jitter_single_adjustment(small_photos, kwargs, reference, kernel_path):
     x = torch.stack(small_photos)
     out = ga.Pipeline(ga.ColorJitter(**kwargs), device="cpu")(x)
     for i in range(len(x)):
@@ -272,14 +273,14 @@ def test_adjust_hue_kernel_on_ties_and_grays():
         assert (out[i] - TF.adjust_hue(x[i], float(factors[i]))).abs().max() <= 1e-5
 
 
-def test_hue_on_ties_and_grays_through_the_pipeline(color_path):
+def test_hue_on_ties_and_grays_through_the_pipeline(kernel_path):
     x = torch.randint(0, 6, (8, 3, 32, 32), generator=torch.Generator().manual_seed(0)).float() / 5
     for factor in (-0.5, -0.2, 0.0, 1 / 3, 0.5):
         out = ga.Pipeline(ga.ColorJitter(hue=(factor, factor)), device="cpu")(x)
         assert (out - TF.adjust_hue(x, factor)).abs().max() <= 1e-5
 
 
-def test_color_jitter_per_sample_order_and_factors(small_photos, color_path):
+def test_color_jitter_per_sample_order_and_factors(small_photos, kernel_path):
     x = torch.stack(small_photos * 8)
     out, params = run([ga.ColorJitter(0.4, 0.4, 0.4, 0.1)], x, seed=2)
     p = params[0]
@@ -293,7 +294,7 @@ def test_color_jitter_per_sample_order_and_factors(small_photos, color_path):
         assert (out[i] - ref).abs().max() <= COLOR_TOL
 
 
-def test_color_jitter_subset_keeps_per_sample_order(small_photos, color_path):
+def test_color_jitter_subset_keeps_per_sample_order(small_photos, kernel_path):
     x = torch.stack(small_photos * 4)
     out, params = run([ga.ColorJitter(contrast=0.5, hue=0.2)], x, seed=4)
     p = params[0]
@@ -308,7 +309,7 @@ def test_color_jitter_subset_keeps_per_sample_order(small_photos, color_path):
         assert (out[i] - ref).abs().max() <= COLOR_TOL
 
 
-def test_grayscale_p1_and_one_channel_images(small_photos, color_path):
+def test_grayscale_p1_and_one_channel_images(small_photos, kernel_path):
     x = torch.stack(small_photos)
     out = ga.Pipeline(ga.RandomGrayscale(1.0), device="cpu")(x)
     for i in range(len(x)):
@@ -324,13 +325,13 @@ def test_grayscale_p1_and_one_channel_images(small_photos, color_path):
         assert (out[i] - ref).abs().max() <= COLOR_TOL
 
 
-def test_normalize(small_photos, color_path):
+def test_normalize(small_photos, kernel_path):
     x = torch.stack(small_photos)
     out = ga.Pipeline(ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD), device="cpu")(x)
     assert (out - TF.normalize(x, list(ga.IMAGENET_MEAN), list(ga.IMAGENET_STD))).abs().max() < 1e-5
 
 
-def test_full_pipeline_per_sample_against_torchvision_chain(photos, color_path):
+def test_full_pipeline_per_sample_against_torchvision_chain(photos, kernel_path):
     ops = [ga.RandomResizedCrop(224), ga.RandomHorizontalFlip(), ga.RandomRotation(15),
            ga.ColorJitter(0.4, 0.4, 0.4, 0.1), ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD)]
     batch = photos * 3
@@ -340,7 +341,7 @@ def test_full_pipeline_per_sample_against_torchvision_chain(photos, color_path):
     disc = central_disc(224, 224)
     for i, img in enumerate(batch):
         ref = resized_crop_reference(img, *(int(crop[k][i]) for k in ("top", "left", "height", "width")), [224, 224],
-                                     color_path)
+                                     kernel_path)
         if flip["flip"][i]:
             ref = TF.horizontal_flip(ref)
         ref = TF.rotate(ref, float(rot["angle"][i]), interpolation=InterpolationMode.BILINEAR, fill=0)

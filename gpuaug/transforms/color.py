@@ -32,7 +32,7 @@ class ColorOp(Op):
 
     def program(self, params: Params) -> tuple[Tensor, Tensor] | None:
         """This op as per-sample steps of the fused color kernels (:mod:`gpuaug.native` on the
-        CPU, :mod:`gpuaug.gpu_color` on CUDA): ``(B, S)`` int32 op codes and ``(B, S)`` float32
+        CPU, :mod:`gpuaug.gpu_kernels` on CUDA): ``(B, S)`` int32 op codes and ``(B, S)`` float32
         factors, run left to right; ``None`` if the op cannot be written so (the pipeline then
         uses :meth:`apply`)."""
         return None

@@ -1,8 +1,9 @@
-"""The fused CUDA color kernel's own contract (gpuaug.gpu_color), run without a GPU through
-Triton's interpreter: agreement with the torch kernels on programs the pipeline never writes,
-every dtype and channel count, argument checks, and the fallback when a launch fails. Its results
-against torchvision are checked in test_reference.py (the ``cuda kernels`` runs); on a real GPU,
-tests/test_cuda.py runs it compiled."""
+"""The CUDA kernels' own contract (gpuaug.gpu_kernels: the fused color program and the warp),
+run without a GPU through Triton's interpreter: agreement with the torch kernels, on programs the
+pipeline never writes too, every dtype, channel count and memory layout, argument checks, the
+fallback when a launch fails, and compilation for the GPUs we target. Their results against
+torchvision are checked in test_reference.py (the ``cuda kernels`` runs); on a real GPU,
+tests/test_cuda.py runs them compiled."""
 
 import pytest
 import torch
@@ -11,12 +12,13 @@ import gpuaug as ga
 import gpuaug.pipeline as pipeline_module
 from gpuaug import native
 from gpuaug.functional import color as gaF
+from gpuaug.functional import geometry as gaG
 
 
 @pytest.fixture
-def kernel(interpreted_gpu_color, monkeypatch):
-    monkeypatch.setattr(interpreted_gpu_color, "_state", {})
-    return interpreted_gpu_color
+def kernel(interpreted_gpu_kernels, monkeypatch):
+    monkeypatch.setattr(interpreted_gpu_kernels, "_state", {})
+    return interpreted_gpu_kernels
 
 
 def _args(n=2, C=3, S=2, shape=(8, 8)):
@@ -111,17 +113,56 @@ def test_a_failing_launch_warns_once_and_the_pipeline_uses_torch_kernels(kernel,
     monkeypatch.setattr(ga.cpu, "OWN_PATH", False)
     x = torch.stack(small_photos)
     ops = [ga.ColorJitter(0.4, 0.4, 0.4, 0.1), ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD)]
-    expected = ga.Pipeline(*ops, device="cpu", seed=1)(x)  # the torch kernels (no gpu_color on the CPU)
+    expected = ga.Pipeline(*ops, device="cpu", seed=1)(x)  # the torch kernels (no gpu_kernels on the CPU)
 
     def broken(*args, **kwargs):
         raise RuntimeError("no kernel image is available for execution on the device")
 
     monkeypatch.setattr(kernel, "color_program", broken)
-    monkeypatch.setattr(pipeline_module, "_gpu_color", lambda device: kernel if kernel.usable("cuda") else None)
-    with pytest.warns(RuntimeWarning, match="Triton color kernel failed.*no kernel image"):
+    monkeypatch.setattr(pipeline_module, "_gpu_kernels", lambda device: kernel if kernel.usable("cuda") else None)
+    with pytest.warns(RuntimeWarning, match="Triton kernels failed.*no kernel image"):
         out = ga.Pipeline(*ops, device="cpu", seed=1)(x)
     assert torch.equal(out, expected)
     assert not kernel.usable(torch.device("cuda"))  # off for the process: no warning per batch
+
+
+def _matrices(n: int, h: int, w: int) -> torch.Tensor:
+    """Rotations of all sizes, with flips and shifts that push part of the output off the image."""
+    g = torch.Generator().manual_seed(5)
+    m = gaG.rotation_matrix(torch.empty(n).uniform_(-180, 180, generator=g), h, w)
+    flips = gaG.flip_matrix(torch.rand(n, generator=g) < 0.5, torch.rand(n, generator=g) < 0.5, n, "cpu")
+    m = m @ flips
+    m[:, :2, 2] = torch.empty(n, 2).uniform_(-0.6, 0.6, generator=g)
+    return m
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("channels,fill", [(3, None), (3, (0.2, 0.5, 1.0)), (1, (0.7,))])
+def test_warp_matches_the_torch_warp(kernel, dtype, channels, fill):
+    x = torch.rand(5, channels, 37, 52, generator=torch.Generator().manual_seed(6))
+    m = _matrices(5, 37, 52)
+    fill_t = None if fill is None else torch.tensor(fill)
+    out = kernel.warp_affine(x.to(dtype), m, fill_t)
+    assert out.dtype == dtype and out.shape == x.shape and out.is_contiguous()
+    ref = gaG.warp_affine(x.to(dtype).float(), m, fill_t)
+    assert (out.float() - ref).abs().max() < (1e-5 if dtype == torch.float32 else 2e-3)
+
+
+def test_warp_reads_a_transposed_layout(kernel):
+    """resample_separable returns a transposed view; the kernel reads it through its strides."""
+    x = torch.rand(3, 3, 52, 37, generator=torch.Generator().manual_seed(7)).transpose(-1, -2)  # (3, 3, 37, 52)
+    m = _matrices(3, 37, 52)
+    assert (kernel.warp_affine(x, m) - gaG.warp_affine(x.contiguous(), m)).abs().max() < 1e-5
+
+
+def test_warp_bad_arguments(kernel):
+    x = torch.rand(2, 3, 8, 8)
+    with pytest.raises(ValueError, match=r"expected \(B=2, 3, 3\) matrices"):
+        kernel.warp_affine(x, torch.eye(3).expand(3, 3, 3))
+    with pytest.raises(ValueError, match="fill should hold 3 values"):
+        kernel.warp_affine(x, torch.eye(3).expand(2, 3, 3), torch.zeros(2))
+    with pytest.raises(ValueError, match="expected float images"):
+        kernel.warp_affine(x.to(torch.uint8), torch.eye(3).expand(2, 3, 3))
 
 
 @pytest.mark.parametrize("arch", [80, 90])  # A100, H100/H200
@@ -132,18 +173,27 @@ def test_kernels_compile_for_the_gpus_we_target(arch):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from gpuaug import gpu_color
+    from gpuaug import gpu_kernels
 
     target = GPUTarget("cuda", arch, 32)
     for dtype in ("fp16", "bf16", "fp32"):
         for channels in (1, 3):
-            color = {"src": f"*{dtype}", "out": f"*{dtype}", "ops": "*i32", "factors": "*fp32",
-                     "contrast_means": "*fp32", "mean": "*fp32", "inv_std": "*fp32", "pixels": "i32",
-                     "STEPS": "constexpr", "CHANNELS": "constexpr", "NORMALIZE": "constexpr", "BLOCK": "constexpr"}
-            means = {"src": f"*{dtype}", "ops": "*i32", "factors": "*fp32", "contrast_means": "*fp32", "pixels": "i32",
-                     "step": "i32", "STEPS": "constexpr", "CHANNELS": "constexpr", "BLOCK": "constexpr"}
-            constants = {"STEPS": 5, "CHANNELS": channels, "BLOCK": gpu_color.BLOCK}
-            for fn, signature, extra in ((gpu_color._color_kernel, color, {"NORMALIZE": True}),
-                                         (gpu_color._contrast_mean_kernel, means, {})):
-                compiled = triton.compile(ASTSource(fn, signature, constexprs={**constants, **extra}), target=target)
+            images = {"src": f"*{dtype}", "out": f"*{dtype}"}
+            program = {"ops": "*i32", "factors": "*fp32", "contrast_means": "*fp32"}
+            kernels = [
+                (gpu_kernels._color_kernel,
+                 {**images, **program, "mean": "*fp32", "inv_std": "*fp32", "pixels": "i32"},
+                 {"STEPS": 5, "CHANNELS": channels, "NORMALIZE": True}),
+                (gpu_kernels._contrast_mean_kernel,
+                 {"src": f"*{dtype}", **program, "pixels": "i32", "step": "i32"},
+                 {"STEPS": 5, "CHANNELS": channels}),
+                (gpu_kernels._warp_kernel,
+                 {**images, "matrix": "*fp32", "fill": "*fp32", "H": "i32", "W": "i32", "stride_n": "i32",
+                  "stride_c": "i32", "stride_h": "i32", "stride_w": "i32"},
+                 {"CHANNELS": channels, "FILL": True}),
+            ]
+            for fn, signature, constants in kernels:
+                constants = {**constants, "BLOCK": gpu_kernels.BLOCK}
+                signature = {**signature, **{name: "constexpr" for name in constants}}
+                compiled = triton.compile(ASTSource(fn, signature, constexprs=constants), target=target)
                 assert len(compiled.asm["cubin"]) > 0

@@ -1,22 +1,28 @@
-"""The fused color kernel for CUDA, in Triton: every color op of a pipeline in one pass.
+"""gpuaug's CUDA kernels, in Triton: all color ops in one pass, and the rotation's warp.
 
 On CUDA each torch op is a kernel launch and a pass over the batch in memory: the torch color
 path takes ~110 launches per batch for a ColorJitter with hue, and reads and writes the images
-~30 times. This kernel runs each sample's color program (the same programs as the fused CPU
-kernel, :mod:`gpuaug.native`: ColorJitter's steps in each sample's order, RandomGrayscale as
-saturation 0, then Normalize) on a tile of pixels held in registers, in float32, and writes the
-result once, in the output dtype. A contrast step needs the mean gray of the image as it stands
-before that step, so each step that may be contrast first gets one reduction launch (one program
-per sample; samples whose step is not contrast skip it). Launches per batch: one per step (where a
-contrast can occur) plus one; no host sync.
+~30 times; the torch warp (``grid_sample`` plus torchvision's fill rule) ~25 launches with a
+float32 copy of the images and a float32 sampling grid in memory.
 
-Formulas (torchvision's, as in native/color.c): brightness ``clamp(f x)``, contrast
-``clamp(f x + (1 - f) mean(gray))``, saturation ``clamp(f x + (1 - f) gray)``, hue the HSV
-shift of :func:`gpuaug.functional.color.adjust_hue`, normalize ``(x - mean) * inv_std``.
+* :func:`color_program` runs each sample's color program (the same programs as the fused CPU
+  kernel, :mod:`gpuaug.native`: ColorJitter's steps in each sample's order, RandomGrayscale as
+  saturation 0, then Normalize) on a tile of pixels held in registers, in float32, and writes the
+  result once, in the output dtype. A contrast step needs the mean gray of the image as it stands
+  before that step, so each step that may be contrast first gets one reduction launch (one program
+  per sample; samples whose step is not contrast skip it). Formulas (torchvision's, as in
+  native/color.c): brightness ``clamp(f x)``, contrast ``clamp(f x + (1 - f) mean(gray))``,
+  saturation ``clamp(f x + (1 - f) gray)``, hue the HSV shift of
+  :func:`gpuaug.functional.color.adjust_hue`, normalize ``(x - mean) * inv_std``.
+* :func:`warp_affine` is :func:`gpuaug.functional.geometry.warp_affine` in one launch: each output
+  pixel computes its source coordinates from its sample's matrix, reads its four taps (in any
+  memory layout) and applies the fill rule, in float32, and is written in the images' dtype.
 
-Triton comes with torch's CUDA wheels on Linux. Where it is missing (or ``GPUAUG_TRITON=0``)
-:func:`usable` is False and the pipeline runs its torch color kernels, which give the same results.
-Tests run this kernel on the CPU through Triton's interpreter (``TRITON_INTERPRET=1``).
+No host sync in either. Triton comes with torch's CUDA wheels on Linux. Where it is missing (or
+``GPUAUG_TRITON=0``) :func:`usable` is False and the pipeline runs its torch kernels, which give
+the same results; :func:`guarded` falls back to them, with one warning, if the first launch fails.
+Tests run these kernels on the CPU through Triton's interpreter (``TRITON_INTERPRET=1``) and
+compile them to cubins for sm_80 and sm_90.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ _state: dict = {}
 
 
 def usable(device) -> bool:
-    """Whether the pipeline should run its color ops through this kernel on ``device``: CUDA,
+    """Whether the pipeline should run its color ops and warp through these kernels on ``device``: CUDA,
     Triton importable, not disabled by ``GPUAUG_TRITON=0``, and no earlier launch failed."""
     if triton is None or torch.device(device).type != "cuda" or _state.get("broken"):
         return False
@@ -147,6 +153,51 @@ if triton is not None:
             tl.store(out + base + 2 * pixels + offs, b.to(dtype), mask=mask)
 
 
+    @triton.jit
+    def _warp_kernel(src, out, matrix, fill, H, W, stride_n, stride_c, stride_h, stride_w,
+                     CHANNELS: tl.constexpr, FILL: tl.constexpr, BLOCK: tl.constexpr):
+        """Grid ``(tiles, B)``: bilinear samples of one tile of sample n's output, as
+        ``grid_sample(align_corners=False, padding_mode="zeros")`` at the coordinates its matrix
+        gives, then torchvision's fill rule; ``src`` read through its strides (any layout)."""
+        tile, n = tl.program_id(0), tl.program_id(1)
+        offs = tile * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < H * W
+        i, j = offs // W, offs % W
+        m = matrix + n * 9
+        xs = (2 * j + 1).to(tl.float32) / W - 1.0  # pixel centers in normalized coordinates
+        ys = (2 * i + 1).to(tl.float32) / H - 1.0
+        gx = tl.load(m) * xs + tl.load(m + 1) * ys + tl.load(m + 2)
+        gy = tl.load(m + 3) * xs + tl.load(m + 4) * ys + tl.load(m + 5)
+        px = ((gx + 1.0) * W - 1.0) * 0.5  # source pixel coordinates (grid_sample's unnormalize)
+        py = ((gy + 1.0) * H - 1.0) * 0.5
+        x0f, y0f = tl.floor(px), tl.floor(py)
+        wx, wy = px - x0f, py - y0f
+        x0, y0 = x0f.to(tl.int32), y0f.to(tl.int32)
+        x1, y1 = x0 + 1, y0 + 1
+        in_x0, in_x1 = (x0 >= 0) & (x0 < W), (x1 >= 0) & (x1 < W)
+        in_y0, in_y1 = (y0 >= 0) & (y0 < H), (y1 >= 0) & (y1 < H)
+        # The share of a ones image that lands here (torchvision warps one for its fill rule).
+        cover = _clamp01(0.5 + 0.5 * W * (1.0 - tl.abs(gx))) * _clamp01(0.5 + 0.5 * H * (1.0 - tl.abs(gy)))
+        image = src + n.to(tl.int64) * stride_n
+        row0, row1 = y0.to(tl.int64) * stride_h, y1.to(tl.int64) * stride_h
+        col0, col1 = x0.to(tl.int64) * stride_w, x1.to(tl.int64) * stride_w
+        target = out + n.to(tl.int64) * CHANNELS * H * W
+        for c in tl.static_range(CHANNELS):
+            plane = image + c * stride_c
+            v00 = tl.load(plane + row0 + col0, mask=mask & in_y0 & in_x0, other=0.0).to(tl.float32)
+            v01 = tl.load(plane + row0 + col1, mask=mask & in_y0 & in_x1, other=0.0).to(tl.float32)
+            v10 = tl.load(plane + row1 + col0, mask=mask & in_y1 & in_x0, other=0.0).to(tl.float32)
+            v11 = tl.load(plane + row1 + col1, mask=mask & in_y1 & in_x1, other=0.0).to(tl.float32)
+            value = (v00 * (1.0 - wx) + v01 * wx) * (1.0 - wy) + (v10 * (1.0 - wx) + v11 * wx) * wy
+            if FILL:
+                f = tl.load(fill + c)
+                value = (value - f) * cover + f
+            else:
+                value = value * cover
+            tl.store(target + c * H * W + offs, value.to(out.dtype.element_ty), mask=mask)
+
+
+
 def color_program(x: Tensor, out: Tensor, ops: Tensor, factors: Tensor, mean: Tensor | None = None,
                   inv_std: Tensor | None = None, contrast: bool = True) -> Tensor:
     """Run each sample's color program on ``x`` into ``out``.
@@ -163,7 +214,7 @@ def color_program(x: Tensor, out: Tensor, ops: Tensor, factors: Tensor, mean: Te
         ``out``. Raises ``ValueError``/``TypeError`` on arguments the kernel does not take.
     """
     if triton is None:
-        raise RuntimeError("gpuaug.gpu_color needs triton (it ships with torch's Linux CUDA wheels)")
+        raise RuntimeError("gpuaug.gpu_kernels needs triton (it ships with torch's Linux CUDA wheels)")
     if x.dim() != 4 or x.shape[1] not in (1, 3):
         raise ValueError(f"expected images (B, C, H, W) with C in {{1, 3}}, got shape {tuple(x.shape)}")
     if not x.is_floating_point() or not out.is_floating_point():
@@ -195,20 +246,44 @@ def color_program(x: Tensor, out: Tensor, ops: Tensor, factors: Tensor, mean: Te
     return out
 
 
-@torch.compiler.disable  # torch.compile runs it as is (it is one fused kernel already)
-def run_or_disable(x: Tensor, out: Tensor, *program, contrast: bool = True) -> bool:
-    """:func:`color_program`, except that a failure of the first launch (Triton cannot compile
-    for this GPU, say) warns once and turns the kernel off for the process -> False (the caller
-    then runs the torch kernels). Later failures propagate."""
+def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor | None = None) -> Tensor:
+    """:func:`gpuaug.functional.geometry.warp_affine` as one kernel: bilinear warp of ``(B, C, H, W)``
+    float images (any strides) by ``(B, 3, 3)`` output->input matrices in normalized coordinates,
+    uncovered area -> ``fill`` (``(C,)`` or None for 0) by torchvision's rule. Coordinates and
+    sampling in float32; returns a contiguous tensor of ``x``'s shape and dtype."""
+    if triton is None:
+        raise RuntimeError("gpuaug.gpu_kernels needs triton (it ships with torch's Linux CUDA wheels)")
+    if x.dim() != 4 or x.shape[1] not in (1, 3) or not x.is_floating_point():
+        raise ValueError(f"expected float images (B, C, H, W) with C in {{1, 3}}, got {x.dtype} {tuple(x.shape)}")
+    B, C, H, W = x.shape
+    if matrix.shape != (B, 3, 3):
+        raise ValueError(f"expected (B={B}, 3, 3) matrices, got {tuple(matrix.shape)}")
+    if fill is not None and fill.numel() != C:
+        raise ValueError(f"fill should hold {C} values, got {fill.numel()}")
+    out = torch.empty(B, C, H, W, device=x.device, dtype=x.dtype)
+    matrix = matrix.to(torch.float32).contiguous()
+    fill_arg = fill.to(torch.float32).contiguous() if fill is not None else matrix
+    _warp_kernel[(triton.cdiv(H * W, BLOCK), B)](x, out, matrix, fill_arg, H, W, *x.stride(),
+                                                 CHANNELS=C, FILL=fill is not None, BLOCK=BLOCK)
+    return out
+
+
+@torch.compiler.disable  # torch.compile runs these as they are (each is one fused kernel already)
+def guarded(launch, *args, **kwargs):
+    """``launch(*args, **kwargs)`` (:func:`color_program` or :func:`warp_affine`), except that a
+    failure of this module's first launch (Triton cannot compile for this GPU, say) warns once and
+    turns the kernels off for the process -> None (the caller then runs its torch kernels). Bad
+    arguments (``TypeError``/``ValueError``) and later failures propagate."""
     if _state.get("ran"):
-        color_program(x, out, *program, contrast=contrast)
-        return True
+        return launch(*args, **kwargs)
     try:
-        color_program(x, out, *program, contrast=contrast)
+        result = launch(*args, **kwargs)
+    except (TypeError, ValueError):
+        raise
     except Exception as error:  # noqa: BLE001 - any compile or launch failure: fall back, loudly
         _state["broken"] = True
-        warnings.warn(f"gpuaug: the Triton color kernel failed ({type(error).__name__}: {error}); "
-                      "using the torch color kernels from now on", RuntimeWarning, stacklevel=3)
-        return False
+        warnings.warn(f"gpuaug: the Triton kernels failed ({type(error).__name__}: {error}); "
+                      "using the torch kernels from now on", RuntimeWarning, stacklevel=3)
+        return None
     _state["ran"] = True
-    return True
+    return result
