@@ -27,8 +27,8 @@ _stage = ["other"]
 
 
 class _CountLaunches:
-    """Stands in for gpuaug.gpu_kernels: counts the Triton launches (the color program: one per
-    step where a contrast can occur, plus one; the warp: one), runs none."""
+    """Stands in for gpuaug.gpu_kernels: counts the Triton launches (the resampling: two; the warp:
+    one; the color program: one per step where a contrast can occur, plus one), runs none."""
 
     def __init__(self):
         self.launches = 0
@@ -43,6 +43,10 @@ class _CountLaunches:
     def warp_affine(self, x, matrix, fill=None):
         self.launches += 1
         return torch.empty_like(x)
+
+    def resample_separable(self, x, rows, cols, dtype, scale=1.0):
+        self.launches += 2
+        return torch.empty(x.shape[0], x.shape[1], rows[0].shape[1], cols[0].shape[1], dtype=dtype)
 
 
 class _Count(TorchDispatchMode):

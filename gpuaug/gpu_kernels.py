@@ -1,4 +1,4 @@
-"""gpuaug's CUDA kernels, in Triton: all color ops in one pass, and the rotation's warp.
+"""gpuaug's CUDA kernels, in Triton: the resampling, the rotation's warp, all color ops in one pass.
 
 On CUDA each torch op is a kernel launch and a pass over the batch in memory: the torch color
 path takes ~110 launches per batch for a ColorJitter with hue, and reads and writes the images
@@ -14,6 +14,9 @@ float32 copy of the images and a float32 sampling grid in memory.
   native/color.c): brightness ``clamp(f x)``, contrast ``clamp(f x + (1 - f) mean(gray))``,
   saturation ``clamp(f x + (1 - f) gray)``, hue the HSV shift of
   :func:`gpuaug.functional.color.adjust_hue`, normalize ``(x - mean) * inv_std``.
+* :func:`resample_separable` is :func:`gpuaug.functional.geometry.resample_separable` in two
+  launches (rows, then columns), reading uint8 images as they are: no float copy of the full-size
+  batch, no transposed copy, no index arithmetic in memory.
 * :func:`warp_affine` is :func:`gpuaug.functional.geometry.warp_affine` in one launch: each output
   pixel computes its source coordinates from its sample's matrix, reads its four taps (in any
   memory layout) and applies the fill rule, in float32, and is written in the images' dtype.
@@ -41,7 +44,9 @@ try:
 except ImportError:  # pragma: no cover - torch's Linux CUDA wheels ship triton
     triton = None
 
-BLOCK = 1024  # pixels per program: 4 warps x 32 threads x 8
+# Pixels per program (4 warps x 32 threads x 8) of the color kernels and of the geometry kernels.
+BLOCK = 1024
+GEOMETRY_BLOCK = 1024
 _state: dict = {}
 
 
@@ -198,6 +203,40 @@ if triton is not None:
 
 
 
+    @triton.jit
+    def _resample_kernel(src, out, index, weight, P, Q, limit, stride_n, stride_c, stride_p, stride_q,
+                         tap_n, tap_o, tap_k, scale, CHANNELS: tl.constexpr, TAPS: tl.constexpr,
+                         AXIS: tl.constexpr, BLOCK: tl.constexpr):
+        """Grid ``(tiles of P*Q, B*C)``: one pass of the separable resampling,
+        ``out[n, c, p, q] = scale * sum_k weight[n, o, k] * src[n, c, ...]`` where the sum runs
+        over source rows ``index[n, p, k]`` (``AXIS`` 0, ``o = p``) or source columns
+        ``index[n, q, k]`` (``AXIS`` 1, ``o = q``), indices clamped to ``limit - 1``. ``src`` is
+        read through its strides (any layout, uint8 or float); ``out`` is contiguous."""
+        tile, plane_id = tl.program_id(0), tl.program_id(1)
+        n, c = plane_id // CHANNELS, plane_id % CHANNELS
+        offs = tile * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < P * Q
+        p, q = offs // Q, offs % Q
+        plane = src + n.to(tl.int64) * stride_n + c * stride_c
+        if AXIS == 0:
+            taps = n.to(tl.int64) * tap_n + p * tap_o
+            fixed = q.to(tl.int64) * stride_q
+        else:
+            taps = n.to(tl.int64) * tap_n + q * tap_o
+            fixed = p.to(tl.int64) * stride_p
+        total = tl.full([BLOCK], 0.0, tl.float32)
+        for k in tl.static_range(TAPS):
+            at = tl.minimum(tl.load(index + taps + k * tap_k, mask=mask, other=0), limit - 1).to(tl.int64)
+            w = tl.load(weight + taps + k * tap_k, mask=mask, other=0.0)
+            if AXIS == 0:
+                at = at * stride_p
+            else:
+                at = at * stride_q
+            total += w * tl.load(plane + fixed + at, mask=mask, other=0).to(tl.float32)
+        tl.store(out + plane_id.to(tl.int64) * P * Q + offs, (total * scale).to(out.dtype.element_ty), mask=mask)
+
+
+
 def color_program(x: Tensor, out: Tensor, ops: Tensor, factors: Tensor, mean: Tensor | None = None,
                   inv_std: Tensor | None = None, contrast: bool = True) -> Tensor:
     """Run each sample's color program on ``x`` into ``out``.
@@ -263,8 +302,49 @@ def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor | None = None) -> Tensor
     out = torch.empty(B, C, H, W, device=x.device, dtype=x.dtype)
     matrix = matrix.to(torch.float32).contiguous()
     fill_arg = fill.to(torch.float32).contiguous() if fill is not None else matrix
-    _warp_kernel[(triton.cdiv(H * W, BLOCK), B)](x, out, matrix, fill_arg, H, W, *x.stride(),
-                                                 CHANNELS=C, FILL=fill is not None, BLOCK=BLOCK)
+    _warp_kernel[(triton.cdiv(H * W, GEOMETRY_BLOCK), B)](x, out, matrix, fill_arg, H, W, *x.stride(),
+                                                          CHANNELS=C, FILL=fill is not None, BLOCK=GEOMETRY_BLOCK)
+    return out
+
+
+def resample_separable(x: Tensor, rows: tuple[Tensor, Tensor], cols: tuple[Tensor, Tensor], dtype: torch.dtype,
+                       scale: float = 1.0) -> Tensor:
+    """:func:`gpuaug.functional.geometry.resample_separable` in two launches (rows, then columns),
+    times ``scale``: reads ``x`` (uint8 or float, any strides) as it is, accumulates in float32,
+    clamps the taps to the image, and returns a contiguous ``(B, C, h, w)`` tensor in ``dtype``.
+
+    Args:
+        x: ``(B, C, H, W)`` images.
+        rows, cols: ``(index, weight)`` from :func:`gpuaug.functional.geometry.axis_taps`,
+            ``(B, h, K)`` and ``(B, w, K')``, integer and float32 (any strides; copied where the
+            two differ).
+        scale: a factor on the result (``1 / 255`` turns uint8 into [0, 1]).
+    """
+    if triton is None:
+        raise RuntimeError("gpuaug.gpu_kernels needs triton (it ships with torch's Linux CUDA wheels)")
+    if x.dim() != 4 or x.shape[1] not in (1, 3) or not (x.dtype == torch.uint8 or x.is_floating_point()):
+        raise ValueError(f"expected uint8 or float images (B, C, H, W) with C in {{1, 3}}, got {x.dtype} {tuple(x.shape)}")
+    B, C, H, W = x.shape
+    taps = []
+    for name, (index, weight) in (("rows", rows), ("cols", cols)):
+        if index.dim() != 3 or index.shape[0] != B or weight.shape != index.shape:
+            raise ValueError(f"{name} should be (index, weight) of one shape (B={B}, n, K), got "
+                             f"{tuple(index.shape)} and {tuple(weight.shape)}")
+        if index.is_floating_point() or weight.dtype != torch.float32:
+            raise TypeError(f"{name} should be integer indices and float32 weights, got {index.dtype} and {weight.dtype}")
+        if weight.stride() != index.stride():  # the kernel reads both through one set of strides
+            index, weight = index.contiguous(), weight.contiguous()
+        taps.append((index, weight))
+    (ri, rw), (ci, cw) = taps
+    h, w = ri.shape[1], ci.shape[1]
+    tmp = torch.empty(B, C, h, W, device=x.device, dtype=dtype)
+    out = torch.empty(B, C, h, w, device=x.device, dtype=dtype)
+    _resample_kernel[(triton.cdiv(h * W, GEOMETRY_BLOCK), B * C)](
+        x, tmp, ri, rw, h, W, H, x.stride(0), x.stride(1), x.stride(2), x.stride(3), *ri.stride(),
+        1.0, CHANNELS=C, TAPS=ri.shape[2], AXIS=0, BLOCK=GEOMETRY_BLOCK)
+    _resample_kernel[(triton.cdiv(h * w, GEOMETRY_BLOCK), B * C)](
+        tmp, out, ci, cw, h, w, W, *tmp.stride(), *ci.stride(),
+        float(scale), CHANNELS=C, TAPS=ci.shape[2], AXIS=1, BLOCK=GEOMETRY_BLOCK)
     return out
 
 

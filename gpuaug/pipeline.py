@@ -263,14 +263,21 @@ class Pipeline(nn.Module):
                 x = x.mul_(1 / 255)
         else:
             (ri, rw), (ci, cw) = plan["rows"], plan["cols"]
-            # This part's (padded) size: taps past it have zero weight.
-            H, W = (max(t.shape[-2] for t in x), max(t.shape[-1] for t in x)) if isinstance(x, list) else x.shape[-2:]
-            rows = (_take(ri, part).clamp(max=H - 1), _take(rw, part))
-            # uint8 -> [0, 1] rides on the column weights: one pass less over the images.
-            cols = (_take(ci, part).clamp(max=W - 1), _take(cw, part) * (1 / 255 if uint8 else 1))
-            if cpu.own_path(self.device):
-                x, rows, cols = cpu.crop_to_taps(x, rows, cols, dt)
-            x = resample_separable(x, rows, cols, dt)
+            kernels = plan.get("kernels")
+            resampled = None
+            if kernels is not None:  # CUDA: two Triton launches, uint8 read as is
+                resampled = kernels.guarded(kernels.resample_separable, x, (_take(ri, part), _take(rw, part)),
+                                            (_take(ci, part), _take(cw, part)), dt, 1 / 255 if uint8 else 1.0)
+            if resampled is None:
+                # This part's (padded) size: taps past it have zero weight.
+                H, W = (max(t.shape[-2] for t in x), max(t.shape[-1] for t in x)) if isinstance(x, list) else x.shape[-2:]
+                rows = (_take(ri, part).clamp(max=H - 1), _take(rw, part))
+                # uint8 -> [0, 1] rides on the column weights: one pass less over the images.
+                cols = (_take(ci, part).clamp(max=W - 1), _take(cw, part) * (1 / 255 if uint8 else 1))
+                if cpu.own_path(self.device):
+                    x, rows, cols = cpu.crop_to_taps(x, rows, cols, dt)
+                resampled = resample_separable(x, rows, cols, dt)
+            x = resampled
         if warp is not None:
             kernels = plan.get("kernels")
             warped = kernels.guarded(kernels.warp_affine, x, warp, plan["fill"]) if kernels is not None else None

@@ -65,6 +65,6 @@ def interpreted_gpu_kernels():
         else:
             os.environ["TRITON_INTERPRET"] = before
     # Bigger tiles: fewer interpreted programs (each costs about a millisecond of Python). The
-    # tile logic is the same at any size; 4096 leaves a partial last tile at 224x224.
-    module.BLOCK = 4096
+    # tile logic is the same at any size; both leave a partial last tile at 224x224.
+    module.BLOCK, module.GEOMETRY_BLOCK = 4096, 16384
     return module

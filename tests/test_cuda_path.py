@@ -69,6 +69,12 @@ class _TritonStub:
         return out
 
     @staticmethod
+    def resample_separable(x, rows, cols, dtype, scale=1.0):
+        for t in (x, *rows, *cols):
+            assert t.device.type == "cuda", t.device
+        return torch.empty(x.shape[0], x.shape[1], rows[0].shape[1], cols[0].shape[1], dtype=dtype, device=x.device)
+
+    @staticmethod
     def warp_affine(x, matrix, fill=None):
         assert x.device.type == matrix.device.type == "cuda" and matrix.shape == (x.shape[0], 3, 3)
         assert fill is None or fill.device.type == "cuda"

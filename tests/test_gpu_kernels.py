@@ -126,6 +126,51 @@ def test_a_failing_launch_warns_once_and_the_pipeline_uses_torch_kernels(kernel,
     assert not kernel.usable(torch.device("cuda"))  # off for the process: no warning per batch
 
 
+def _taps(n: int, src: int, out: int, seed: int):
+    """Per-sample taps of random crops resized from ``src`` to ``out`` pixels, some mirrored, some
+    reaching past the image (padding), as axis_taps gives them for (B, 2) maps: strided views."""
+    g = torch.Generator().manual_seed(seed)
+    length = torch.randint(out // 3, src + 1, (n, 2), generator=g).float()
+    start = (torch.rand(n, 2, generator=g) * (src - length + 8)).floor() - 4
+    scale = length / out * torch.where(torch.rand(n, 2, generator=g) < 0.3, -1.0, 1.0)
+    offset = torch.where(scale < 0, start + length, start)
+    window = (start.clamp(min=0), (start + length).clamp(max=src))
+    valid = (torch.zeros(n, 2), torch.full((n, 2), float(out)))
+    index, weight = gaG.axis_taps(scale, offset, window, valid, out, src, gaG.tap_count(src / (out / 3) + 1))
+    return (index[:, 0], weight[:, 0]), (index[:, 1, :, :-1], weight[:, 1, :, :-1])
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32, torch.float16])
+@pytest.mark.parametrize("channels", [1, 3])
+def test_resampling_matches_the_torch_resampling(kernel, dtype, channels):
+    g = torch.Generator().manual_seed(8)
+    x = torch.randint(0, 256, (4, channels, 61, 61), generator=g, dtype=torch.uint8)
+    x = x if dtype == torch.uint8 else (x.to(dtype) / 255)
+    rows, cols = _taps(4, 61, 24, seed=9)
+    scale = 1 / 255 if dtype == torch.uint8 else 1.0
+    out = kernel.resample_separable(x, rows, cols, torch.float32, scale)
+    assert out.shape == (4, channels, 24, 24) and out.is_contiguous() and out.dtype == torch.float32
+    ref = gaG.resample_separable(x.float() * scale, rows, cols)
+    assert (out - ref).abs().max() < 1e-5
+    half = kernel.resample_separable(x, rows, cols, torch.float16, scale)
+    assert (half.float() - ref).abs().max() < 2e-3
+
+
+def test_resampling_reads_any_layout_and_clamps_taps(kernel):
+    x = torch.rand(2, 3, 40, 30, generator=torch.Generator().manual_seed(10))
+    rows, cols = _taps(2, 40, 16, seed=11)
+    cols = (cols[0].clamp(max=29), cols[1])  # the columns index a 30-wide image
+    ref = gaG.resample_separable(x, rows, cols)
+    channels_last = x.contiguous(memory_format=torch.channels_last)
+    assert (kernel.resample_separable(channels_last, rows, cols, torch.float32) - ref).abs().max() < 1e-5
+    padded = torch.cat([x, torch.zeros(2, 3, 40, 9)], -1)  # taps may point into padding: weight 0 there
+    assert (kernel.resample_separable(padded[..., :30], rows, cols, torch.float32) - ref).abs().max() < 1e-5
+    with pytest.raises(ValueError, match="rows should be"):
+        kernel.resample_separable(x, (rows[0], rows[1][:, :, :1]), cols, torch.float32)
+    with pytest.raises(TypeError, match="float32 weights"):
+        kernel.resample_separable(x, (rows[0], rows[1].double()), cols, torch.float32)
+
+
 def _matrices(n: int, h: int, w: int) -> torch.Tensor:
     """Rotations of all sizes, with flips and shifts that push part of the output off the image."""
     g = torch.Generator().manual_seed(5)
@@ -187,6 +232,11 @@ def test_kernels_compile_for_the_gpus_we_target(arch):
                 (gpu_kernels._contrast_mean_kernel,
                  {"src": f"*{dtype}", **program, "pixels": "i32", "step": "i32"},
                  {"STEPS": 5, "CHANNELS": channels}),
+                (gpu_kernels._resample_kernel,
+                 {"src": "*u8" if dtype == "fp16" else f"*{dtype}", "out": f"*{dtype}", "index": "*i64", "weight": "*fp32",
+                  "P": "i32", "Q": "i32", "limit": "i32", "stride_n": "i32", "stride_c": "i32", "stride_p": "i32",
+                  "stride_q": "i32", "tap_n": "i32", "tap_o": "i32", "tap_k": "i32", "scale": "fp32"},
+                 {"CHANNELS": channels, "TAPS": 5, "AXIS": channels % 2}),
                 (gpu_kernels._warp_kernel,
                  {**images, "matrix": "*fp32", "fill": "*fp32", "H": "i32", "W": "i32", "stride_n": "i32",
                   "stride_c": "i32", "stride_h": "i32", "stride_w": "i32"},
