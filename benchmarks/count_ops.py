@@ -44,9 +44,9 @@ class _CountLaunches:
         self.launches += 1
         return torch.empty_like(x)
 
-    def resample_separable(self, x, rows, cols, dtype, scale=1.0):
+    def resample_axes(self, x, axes, size, taps, dtype, scale=1.0, antialias=True):
         self.launches += 2
-        return torch.empty(x.shape[0], x.shape[1], rows[0].shape[1], cols[0].shape[1], dtype=dtype)
+        return torch.empty(x.shape[0], x.shape[1], *size, dtype=dtype)
 
 
 class _Count(TorchDispatchMode):

@@ -14,9 +14,10 @@ float32 copy of the images and a float32 sampling grid in memory.
   native/color.c): brightness ``clamp(f x)``, contrast ``clamp(f x + (1 - f) mean(gray))``,
   saturation ``clamp(f x + (1 - f) gray)``, hue the HSV shift of
   :func:`gpuaug.functional.color.adjust_hue`, normalize ``(x - mean) * inv_std``.
-* :func:`resample_separable` is :func:`gpuaug.functional.geometry.resample_separable` in two
-  launches (rows, then columns), reading uint8 images as they are: no float copy of the full-size
-  batch, no transposed copy, no index arithmetic in memory.
+* :func:`resample_axes` is :func:`gpuaug.functional.geometry.axis_taps` and ``resample_separable``
+  in two launches (rows, then columns), the filter taps computed where they are used, reading
+  uint8 images as they are: no float copy of the full-size batch, no transposed copy, no taps in
+  memory.
 * :func:`warp_affine` is :func:`gpuaug.functional.geometry.warp_affine` in one launch: each output
   pixel computes its source coordinates from its sample's matrix, reads its four taps (in any
   memory layout) and applies the fill rule, in float32, and is written in the images' dtype.
@@ -204,14 +205,19 @@ if triton is not None:
 
 
     @triton.jit
-    def _resample_kernel(src, out, index, weight, P, Q, limit, stride_n, stride_c, stride_p, stride_q,
-                         tap_n, tap_o, tap_k, scale, CHANNELS: tl.constexpr, TAPS: tl.constexpr,
-                         AXIS: tl.constexpr, BLOCK: tl.constexpr):
-        """Grid ``(tiles of P*Q, B*C)``: one pass of the separable resampling,
-        ``out[n, c, p, q] = scale * sum_k weight[n, o, k] * src[n, c, ...]`` where the sum runs
-        over source rows ``index[n, p, k]`` (``AXIS`` 0, ``o = p``) or source columns
-        ``index[n, q, k]`` (``AXIS`` 1, ``o = q``), indices clamped to ``limit - 1``. ``src`` is
-        read through its strides (any layout, uint8 or float); ``out`` is contiguous."""
+    def _resample_kernel(src, out, axes, P, Q, limit, stride_n, stride_c, stride_p, stride_q, scale,
+                         CHANNELS: tl.constexpr, TAPS: tl.constexpr, AXIS: tl.constexpr,
+                         ANTIALIAS: tl.constexpr, BLOCK: tl.constexpr):
+        """Grid ``(tiles of P*Q, B*C)``: one pass of the separable resampling along ``AXIS``
+        (0: rows, 1: columns) -> contiguous ``out[n, c, p, q]``, times ``scale``.
+
+        Output coordinate ``o`` (``p`` for rows, ``q`` for columns) has its center at source
+        ``s * (o + 0.5) + t`` and takes the triangle-filtered source (support ``max(|s|, 1)`` when
+        ``ANTIALIAS``, else 1) over the ``TAPS`` pixels from ``floor(center - support)``, those
+        outside the window ``[lo, hi)`` weighing 0, normalized; outside ``[valid_lo, valid_hi)``
+        the output is 0. ``axes`` is ``(B, 2, 6)`` float32: per axis ``s, t, lo, hi, valid_lo,
+        valid_hi`` (what :func:`gpuaug.functional.geometry.axis_taps` takes). ``src`` is read
+        through its strides (any layout, uint8 or float), taps clamped to ``[0, limit)``."""
         tile, plane_id = tl.program_id(0), tl.program_id(1)
         n, c = plane_id // CHANNELS, plane_id % CHANNELS
         offs = tile * BLOCK + tl.arange(0, BLOCK)
@@ -219,22 +225,35 @@ if triton is not None:
         p, q = offs // Q, offs % Q
         plane = src + n.to(tl.int64) * stride_n + c * stride_c
         if AXIS == 0:
-            taps = n.to(tl.int64) * tap_n + p * tap_o
+            o = p
             fixed = q.to(tl.int64) * stride_q
+            step = stride_p
         else:
-            taps = n.to(tl.int64) * tap_n + q * tap_o
+            o = q
             fixed = p.to(tl.int64) * stride_p
+            step = stride_q
+        params = axes + n * 12 + AXIS * 6
+        s, t = tl.load(params), tl.load(params + 1)
+        lo, hi = tl.load(params + 2), tl.load(params + 3)
+        valid_lo, valid_hi = tl.load(params + 4), tl.load(params + 5)
+        center = s * (o.to(tl.float32) + 0.5) + t
+        if ANTIALIAS:
+            support = tl.maximum(tl.abs(s), 1.0)
+        else:
+            support = 1.0
+        first = tl.floor(center - support)
         total = tl.full([BLOCK], 0.0, tl.float32)
+        weights = tl.full([BLOCK], 0.0, tl.float32)
         for k in tl.static_range(TAPS):
-            at = tl.minimum(tl.load(index + taps + k * tap_k, mask=mask, other=0), limit - 1).to(tl.int64)
-            w = tl.load(weight + taps + k * tap_k, mask=mask, other=0.0)
-            if AXIS == 0:
-                at = at * stride_p
-            else:
-                at = at * stride_q
-            total += w * tl.load(plane + fixed + at, mask=mask, other=0).to(tl.float32)
-        tl.store(out + plane_id.to(tl.int64) * P * Q + offs, (total * scale).to(out.dtype.element_ty), mask=mask)
-
+            at = first + k
+            w = tl.maximum(1.0 - tl.abs((at + 0.5 - center) / support), 0.0)
+            w = tl.where((at >= lo) & (at < hi), w, 0.0)
+            row = tl.minimum(tl.maximum(at, 0.0), limit - 1.0).to(tl.int64)
+            total += w * tl.load(plane + fixed + row * step, mask=mask, other=0).to(tl.float32)
+            weights += w
+        inside = (o.to(tl.float32) >= valid_lo) & (o.to(tl.float32) < valid_hi)
+        value = tl.where(inside, total / tl.maximum(weights, 1e-12), 0.0) * scale
+        tl.store(out + plane_id.to(tl.int64) * P * Q + offs, value.to(out.dtype.element_ty), mask=mask)
 
 
 def color_program(x: Tensor, out: Tensor, ops: Tensor, factors: Tensor, mean: Tensor | None = None,
@@ -307,55 +326,51 @@ def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor | None = None) -> Tensor
     return out
 
 
-def resample_separable(x: Tensor, rows: tuple[Tensor, Tensor], cols: tuple[Tensor, Tensor], dtype: torch.dtype,
-                       scale: float = 1.0) -> Tensor:
-    """:func:`gpuaug.functional.geometry.resample_separable` in two launches (rows, then columns),
-    times ``scale``: reads ``x`` (uint8 or float, any strides) as it is, accumulates in float32,
-    clamps the taps to the image, and returns a contiguous ``(B, C, h, w)`` tensor in ``dtype``.
+def resample_axes(x: Tensor, axes: Tensor, size: tuple[int, int], taps: tuple[int, int], dtype: torch.dtype,
+                  scale: float = 1.0, antialias: bool = True) -> Tensor:
+    """Crop, resize and flip a batch through per-sample axis maps, in two launches (rows, then
+    columns): :func:`gpuaug.functional.geometry.axis_taps` and ``resample_separable`` fused, the
+    taps computed where they are used. Reads ``x`` (uint8 or float, any strides) as it is,
+    accumulates in float32, returns a contiguous ``(B, C, h, w)`` tensor in ``dtype``, times ``scale``.
 
     Args:
         x: ``(B, C, H, W)`` images.
-        rows, cols: ``(index, weight)`` from :func:`gpuaug.functional.geometry.axis_taps`,
-            ``(B, h, K)`` and ``(B, w, K')``, integer and float32 (any strides; copied where the
-            two differ).
+        axes: ``(B, 2, 6)`` float32: for y then x, ``scale, offset, window_lo, window_hi,
+            valid_lo, valid_hi`` as ``axis_taps`` takes them.
+        size: output ``(h, w)``; taps: taps per output pixel along y and x (``tap_count``).
         scale: a factor on the result (``1 / 255`` turns uint8 into [0, 1]).
+        antialias: the filter widens with the downscale factor (torchvision's ``antialias=True``).
     """
     if triton is None:
         raise RuntimeError("gpuaug.gpu_kernels needs triton (it ships with torch's Linux CUDA wheels)")
     if x.dim() != 4 or x.shape[1] not in (1, 3) or not (x.dtype == torch.uint8 or x.is_floating_point()):
         raise ValueError(f"expected uint8 or float images (B, C, H, W) with C in {{1, 3}}, got {x.dtype} {tuple(x.shape)}")
     B, C, H, W = x.shape
-    taps = []
-    for name, (index, weight) in (("rows", rows), ("cols", cols)):
-        if index.dim() != 3 or index.shape[0] != B or weight.shape != index.shape:
-            raise ValueError(f"{name} should be (index, weight) of one shape (B={B}, n, K), got "
-                             f"{tuple(index.shape)} and {tuple(weight.shape)}")
-        if index.is_floating_point() or weight.dtype != torch.float32:
-            raise TypeError(f"{name} should be integer indices and float32 weights, got {index.dtype} and {weight.dtype}")
-        if weight.stride() != index.stride():  # the kernel reads both through one set of strides
-            index, weight = index.contiguous(), weight.contiguous()
-        taps.append((index, weight))
-    (ri, rw), (ci, cw) = taps
-    h, w = ri.shape[1], ci.shape[1]
+    if axes.shape != (B, 2, 6) or axes.dtype != torch.float32:
+        raise ValueError(f"axes should be float32 of shape (B={B}, 2, 6), got {axes.dtype} {tuple(axes.shape)}")
+    (h, w), (ky, kx) = size, taps
+    axes = axes.contiguous()
     tmp = torch.empty(B, C, h, W, device=x.device, dtype=dtype)
     out = torch.empty(B, C, h, w, device=x.device, dtype=dtype)
     _resample_kernel[(triton.cdiv(h * W, GEOMETRY_BLOCK), B * C)](
-        x, tmp, ri, rw, h, W, H, x.stride(0), x.stride(1), x.stride(2), x.stride(3), *ri.stride(),
-        1.0, CHANNELS=C, TAPS=ri.shape[2], AXIS=0, BLOCK=GEOMETRY_BLOCK)
+        x, tmp, axes, h, W, H, *x.stride(), 1.0,
+        CHANNELS=C, TAPS=ky, AXIS=0, ANTIALIAS=antialias, BLOCK=GEOMETRY_BLOCK)
     _resample_kernel[(triton.cdiv(h * w, GEOMETRY_BLOCK), B * C)](
-        tmp, out, ci, cw, h, w, W, *tmp.stride(), *ci.stride(),
-        float(scale), CHANNELS=C, TAPS=ci.shape[2], AXIS=1, BLOCK=GEOMETRY_BLOCK)
+        tmp, out, axes, h, w, W, *tmp.stride(), float(scale),
+        CHANNELS=C, TAPS=kx, AXIS=1, ANTIALIAS=antialias, BLOCK=GEOMETRY_BLOCK)
     return out
 
 
 @torch.compiler.disable  # torch.compile runs these as they are (each is one fused kernel already)
 def guarded(launch, *args, **kwargs):
-    """``launch(*args, **kwargs)`` (:func:`color_program` or :func:`warp_affine`), except that a
+    """``launch(*args, **kwargs)`` (:func:`resample_axes`, :func:`warp_affine`, :func:`color_program`), except that a
     failure of this module's first launch (Triton cannot compile for this GPU, say) warns once and
     turns the kernels off for the process -> None (the caller then runs its torch kernels). Bad
     arguments (``TypeError``/``ValueError``) and later failures propagate."""
     if _state.get("ran"):
         return launch(*args, **kwargs)
+    if _state.get("broken"):  # an earlier launch of this batch failed and warned
+        return None
     try:
         result = launch(*args, **kwargs)
     except (TypeError, ValueError):

@@ -129,9 +129,9 @@ class Pipeline(nn.Module):
         by_op = {id(op): p for op, p in zip(self.ops, frame_params)}
         first = items[0] if isinstance(items, list) else items
         channels = first.shape[-3]
-        plan = self._plan(sizes, by_op, len(items), channels, uint8=first.dtype == torch.uint8)
         own = cpu.own_path(self.device)
-        plan["kernels"] = None if own else _gpu_kernels(self.device)
+        kernels = None if own else _gpu_kernels(self.device)
+        plan = self._plan(sizes, by_op, len(items), channels, uint8=first.dtype == torch.uint8, kernels=kernels)
 
         # The plan (taps, matrices) is built once for the whole batch. On CUDA: one pass, the warp
         # and the color ops as Triton kernels (gpuaug.gpu_kernels) or else torch kernels. On the CPU
@@ -185,12 +185,15 @@ class Pipeline(nn.Module):
                 sizes = op.output_sizes(sizes)
         return params
 
-    def _plan(self, sizes: Sizes, by_op: dict, n: int, channels: int, uint8: bool) -> dict:
-        """Per-sample sampling taps (crop/resize/flip) and warp matrix (rotation and the flips
-        after it) for the whole batch, from the params; ``None`` for a stage with no op. On the
-        CPU, uint8 images whose maps are all plain crops (+ flips) get crop boxes instead of taps
-        (torchvision's uint8 kernel, see ``_geometry``)."""
-        plan = {"rows": None, "cols": None, "boxes": None, "size": None, "warp": None, "fill": None}
+    def _plan(self, sizes: Sizes, by_op: dict, n: int, channels: int, uint8: bool, kernels=None) -> dict:
+        """Per-sample resampling (crop/resize/flip) and warp matrix (rotation and the flips after
+        it) for the whole batch, from the params; ``None`` for a stage with no op. The resampling
+        is planned as axis maps for the CUDA kernels (``kernels``: :mod:`gpuaug.gpu_kernels`,
+        which compute their filter taps themselves), as crop boxes on the CPU for uint8 images
+        whose maps are all plain crops (+ flips) (torchvision's uint8 kernel, see ``_geometry``),
+        else as filter taps (:func:`_filter_taps`)."""
+        plan = {"resample": None, "axes": None, "rows": None, "cols": None, "boxes": None, "size": None,
+                "warp": None, "fill": None, "kernels": kernels}
         s = sizes
         if self._resample_ops or sizes.uniform is None:
             axes = AxisMap(sizes.pairs(n, self.device))
@@ -205,22 +208,25 @@ class Pipeline(nn.Module):
                     "images of different sizes need a pipeline with a fixed output size (add RandomResizedCrop, "
                     f"CenterCrop or Resize((h, w))); this one gives sizes {sorted(set(s.per_image))[:4]}...")
             aa = all(getattr(op, "antialias", True) for op in self._resample_ops)
-            (h, w), (H, W) = s.uniform, sizes.max()
+            (h, w) = s.uniform
             plan["size"] = (h, w)
-            column = [(axes.scale[:, a], axes.offset[:, a], [t[:, a] for t in axes.window], [t[:, a] for t in axes.valid])
-                      for a in (0, 1)]
-            if cpu.own_path(self.device) and aa and uint8:
-                ys, xs = crop_boxes(*column[0], h), crop_boxes(*column[1], w)
+            # Per axis (y, x): scale, offset, window lo/hi, valid lo/hi, each (n, 2).
+            maps = [t.expand(n, 2) for t in (axes.scale, axes.offset, *axes.window, *axes.valid)]
+            plan["resample"] = {"maps": maps, "taps": (tap_count(zoom_y, aa), tap_count(zoom_x, aa)),
+                                "antialias": aa, "source": sizes.max()}
+            if kernels is not None:
+                plan["axes"] = torch.stack(maps, -1)  # (n, 2, 6), as gpu_kernels.resample_axes reads it
+            elif cpu.own_path(self.device) and aa and uint8:
+                scale, offset, lo, hi, valid_lo, valid_hi = maps
+                ys, xs = (crop_boxes(scale[:, a], offset[:, a], (lo[:, a], hi[:, a]), (valid_lo[:, a], valid_hi[:, a]), length)
+                          for a, length in ((0, h), (1, w)))
                 plan["boxes"] = (ys, xs) if ys is not None and xs is not None else None
-            if plan["boxes"] is None:
-                # Both axes in one call (padded to the longer output and the larger tap count), then
-                # each takes its own: the taps past an axis's own count have zero weight.
-                ky, kx = tap_count(zoom_y, aa), tap_count(zoom_x, aa)
-                index, weight = axis_taps(axes.scale.expand(n, 2), axes.offset.expand(n, 2),
-                                          [t.expand(n, 2) for t in axes.window], [t.expand(n, 2) for t in axes.valid],
-                                          max(h, w), max(H, W), max(ky, kx), aa)
-                plan["rows"] = (index[:, 0, :h, :ky], weight[:, 0, :h, :ky])
-                plan["cols"] = (index[:, 1, :w, :kx], weight[:, 1, :w, :kx])
+            if plan["axes"] is None and plan["boxes"] is None:
+                plan["rows"], plan["cols"] = _filter_taps(plan["resample"], plan["size"])
+        return self._plan_warp(plan, s, by_op, channels)
+
+    def _plan_warp(self, plan: dict, s: Sizes, by_op: dict, channels: int) -> dict:
+        """The warp stage of :meth:`_plan`: ``s`` are the sizes it sees."""
         if self._warp_ops:
             matrix = None
             for op in self._warp_ops:
@@ -257,18 +263,21 @@ class Pipeline(nn.Module):
                     for i in flags.nonzero().flatten().tolist():
                         x[i] = x[i].flip(dim)
             x = x.to(dt).mul_(1 / 255)
-        elif plan["rows"] is None:
+        elif plan["resample"] is None:
             x = x.to(dt)
             if uint8:
                 x = x.mul_(1 / 255)
         else:
-            (ri, rw), (ci, cw) = plan["rows"], plan["cols"]
-            kernels = plan.get("kernels")
             resampled = None
-            if kernels is not None:  # CUDA: two Triton launches, uint8 read as is
-                resampled = kernels.guarded(kernels.resample_separable, x, (_take(ri, part), _take(rw, part)),
-                                            (_take(ci, part), _take(cw, part)), dt, 1 / 255 if uint8 else 1.0)
+            kernels = plan["kernels"]
+            if plan["axes"] is not None:  # CUDA: two Triton launches, uint8 read as is
+                r = plan["resample"]
+                resampled = kernels.guarded(kernels.resample_axes, x, _take(plan["axes"], part), plan["size"], r["taps"],
+                                            dt, 1 / 255 if uint8 else 1.0, r["antialias"])
+                if resampled is None and plan["rows"] is None:  # the kernels failed: taps for torch's
+                    plan["rows"], plan["cols"] = _filter_taps(r, plan["size"])
             if resampled is None:
+                (ri, rw), (ci, cw) = plan["rows"], plan["cols"]
                 # This part's (padded) size: taps past it have zero weight.
                 H, W = (max(t.shape[-2] for t in x), max(t.shape[-1] for t in x)) if isinstance(x, list) else x.shape[-2:]
                 rows = (_take(ri, part).clamp(max=H - 1), _take(rw, part))
@@ -279,7 +288,7 @@ class Pipeline(nn.Module):
                 resampled = resample_separable(x, rows, cols, dt)
             x = resampled
         if warp is not None:
-            kernels = plan.get("kernels")
+            kernels = plan["kernels"]
             warped = kernels.guarded(kernels.warp_affine, x, warp, plan["fill"]) if kernels is not None else None
             x = warped if warped is not None else warp_affine(x, warp, plan["fill"])
         return x.contiguous()
@@ -375,6 +384,17 @@ class Pipeline(nn.Module):
                                      f"{n} (one per sample), got {getattr(v, 'shape', type(v).__name__)}")
             out.append({k: v.to(self.device, non_blocking=True) for k, v in p.items()})
         return out
+
+
+def _filter_taps(resample: dict, size: tuple[int, int]) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
+    """The planned axis maps as filter taps (:func:`axis_taps`) -> ``rows``, ``cols``, each
+    ``(index, weight)``. Both axes in one call, padded to the longer output and the larger tap
+    count, then each takes its own: the taps past an axis's own count have zero weight."""
+    scale, offset, lo, hi, valid_lo, valid_hi = resample["maps"]
+    (h, w), (H, W), (ky, kx) = size, resample["source"], resample["taps"]
+    index, weight = axis_taps(scale, offset, (lo, hi), (valid_lo, valid_hi), max(h, w), max(H, W), max(ky, kx),
+                              resample["antialias"])
+    return (index[:, 0, :h, :ky], weight[:, 0, :h, :ky]), (index[:, 1, :w, :kx], weight[:, 1, :w, :kx])
 
 
 def _gpu_kernels(device: torch.device):

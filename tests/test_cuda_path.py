@@ -69,10 +69,10 @@ class _TritonStub:
         return out
 
     @staticmethod
-    def resample_separable(x, rows, cols, dtype, scale=1.0):
-        for t in (x, *rows, *cols):
-            assert t.device.type == "cuda", t.device
-        return torch.empty(x.shape[0], x.shape[1], rows[0].shape[1], cols[0].shape[1], dtype=dtype, device=x.device)
+    def resample_axes(x, axes, size, taps, dtype, scale=1.0, antialias=True):
+        assert x.device.type == axes.device.type == "cuda" and axes.shape == (x.shape[0], 2, 6)
+        assert axes.dtype == torch.float32 and all(isinstance(v, int) for v in (*size, *taps))
+        return torch.empty(x.shape[0], x.shape[1], *size, dtype=dtype, device=x.device)
 
     @staticmethod
     def warp_affine(x, matrix, fill=None):
@@ -92,7 +92,7 @@ def fake_cuda(monkeypatch, request):
     monkeypatch.setattr(pipeline_module, "_gpu_kernels", lambda device: stub)
     yield lambda: fake_tensor.FakeTensorMode(allow_non_fake_inputs=True)
     if stub is not None:
-        assert "color_program" in stub.calls
+        assert "color_program" in stub.calls and "resample_axes" in stub.calls
 
 
 def ops():

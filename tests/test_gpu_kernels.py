@@ -108,67 +108,76 @@ def test_usable_only_on_cuda_and_not_when_disabled(kernel, monkeypatch):
     assert not kernel.usable(torch.device("cuda"))
 
 
-def test_a_failing_launch_warns_once_and_the_pipeline_uses_torch_kernels(kernel, monkeypatch, small_photos):
+def test_a_failing_launch_warns_once_and_the_pipeline_uses_torch_kernels(kernel, monkeypatch, photos):
     monkeypatch.delenv("GPUAUG_TRITON", raising=False)
     monkeypatch.setattr(ga.cpu, "OWN_PATH", False)
-    x = torch.stack(small_photos)
-    ops = [ga.ColorJitter(0.4, 0.4, 0.4, 0.1), ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD)]
-    expected = ga.Pipeline(*ops, device="cpu", seed=1)(x)  # the torch kernels (no gpu_kernels on the CPU)
+    ops = [ga.RandomResizedCrop(48), ga.RandomRotation(20), ga.ColorJitter(0.4, 0.4, 0.4, 0.1),
+           ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD)]
+    expected = ga.Pipeline(*ops, device="cpu", seed=1)(photos)  # the torch kernels (no gpu_kernels on the CPU)
 
     def broken(*args, **kwargs):
         raise RuntimeError("no kernel image is available for execution on the device")
 
-    monkeypatch.setattr(kernel, "color_program", broken)
+    for name in ("resample_axes", "warp_affine", "color_program"):
+        monkeypatch.setattr(kernel, name, broken)
     monkeypatch.setattr(pipeline_module, "_gpu_kernels", lambda device: kernel if kernel.usable("cuda") else None)
-    with pytest.warns(RuntimeWarning, match="Triton kernels failed.*no kernel image"):
-        out = ga.Pipeline(*ops, device="cpu", seed=1)(x)
+    with pytest.warns(RuntimeWarning, match="Triton kernels failed.*no kernel image") as caught:
+        out = ga.Pipeline(*ops, device="cpu", seed=1)(photos)
+    assert len([w for w in caught if "Triton" in str(w.message)]) == 1
     assert torch.equal(out, expected)
     assert not kernel.usable(torch.device("cuda"))  # off for the process: no warning per batch
 
 
-def _taps(n: int, src: int, out: int, seed: int):
-    """Per-sample taps of random crops resized from ``src`` to ``out`` pixels, some mirrored, some
-    reaching past the image (padding), as axis_taps gives them for (B, 2) maps: strided views."""
+def _axes(n: int, src: int, out: int, seed: int) -> torch.Tensor:
+    """``(n, 2, 6)`` axis maps of random crops resized from ``src`` to ``out`` pixels, some
+    mirrored, some reaching past the image (padding outside ``valid`` and zero-weight taps)."""
     g = torch.Generator().manual_seed(seed)
     length = torch.randint(out // 3, src + 1, (n, 2), generator=g).float()
     start = (torch.rand(n, 2, generator=g) * (src - length + 8)).floor() - 4
     scale = length / out * torch.where(torch.rand(n, 2, generator=g) < 0.3, -1.0, 1.0)
     offset = torch.where(scale < 0, start + length, start)
     window = (start.clamp(min=0), (start + length).clamp(max=src))
-    valid = (torch.zeros(n, 2), torch.full((n, 2), float(out)))
-    index, weight = gaG.axis_taps(scale, offset, window, valid, out, src, gaG.tap_count(src / (out / 3) + 1))
-    return (index[:, 0], weight[:, 0]), (index[:, 1, :, :-1], weight[:, 1, :, :-1])
+    valid = (torch.rand(n, 2, generator=g) * 3).floor(), out - (torch.rand(n, 2, generator=g) * 3).floor()
+    return torch.stack([scale, offset, *window, *valid], -1)
+
+
+def _reference(x, axes, size, taps, antialias=True):
+    """The torch path: axis_taps for each axis, then resample_separable."""
+    (h, w), (H, W) = size, x.shape[-2:]
+    rows = gaG.axis_taps(*axes[:, 0, :2].unbind(1), axes[:, 0, 2:4].unbind(1), axes[:, 0, 4:].unbind(1), h, H, taps[0], antialias)
+    cols = gaG.axis_taps(*axes[:, 1, :2].unbind(1), axes[:, 1, 2:4].unbind(1), axes[:, 1, 4:].unbind(1), w, W, taps[1], antialias)
+    return gaG.resample_separable(x.float(), rows, cols).contiguous()
 
 
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32, torch.float16])
 @pytest.mark.parametrize("channels", [1, 3])
-def test_resampling_matches_the_torch_resampling(kernel, dtype, channels):
+def test_resampling_matches_axis_taps_and_the_torch_resampling(kernel, dtype, channels):
     g = torch.Generator().manual_seed(8)
     x = torch.randint(0, 256, (4, channels, 61, 61), generator=g, dtype=torch.uint8)
     x = x if dtype == torch.uint8 else (x.to(dtype) / 255)
-    rows, cols = _taps(4, 61, 24, seed=9)
+    axes = _axes(4, 61, 24, seed=9)
+    taps = (gaG.tap_count(61 / 8), gaG.tap_count(61 / 8) + 1)  # any count that covers the filter
     scale = 1 / 255 if dtype == torch.uint8 else 1.0
-    out = kernel.resample_separable(x, rows, cols, torch.float32, scale)
+    out = kernel.resample_axes(x, axes, (24, 24), taps, torch.float32, scale)
     assert out.shape == (4, channels, 24, 24) and out.is_contiguous() and out.dtype == torch.float32
-    ref = gaG.resample_separable(x.float() * scale, rows, cols)
+    ref = _reference(x.float() * scale, axes, (24, 24), taps)
     assert (out - ref).abs().max() < 1e-5
-    half = kernel.resample_separable(x, rows, cols, torch.float16, scale)
+    half = kernel.resample_axes(x, axes, (24, 24), taps, torch.float16, scale)
     assert (half.float() - ref).abs().max() < 2e-3
 
 
-def test_resampling_reads_any_layout_and_clamps_taps(kernel):
+def test_resampling_without_antialias_any_layout_and_shapes(kernel):
     x = torch.rand(2, 3, 40, 30, generator=torch.Generator().manual_seed(10))
-    rows, cols = _taps(2, 40, 16, seed=11)
-    cols = (cols[0].clamp(max=29), cols[1])  # the columns index a 30-wide image
-    ref = gaG.resample_separable(x, rows, cols)
+    axes = _axes(2, 30, 16, seed=11)
+    axes[:, 0, 3] = axes[:, 0, 3].clamp(max=40)
+    size, taps = (20, 16), (3, 3)
+    ref = _reference(x, axes, size, taps, antialias=False)
     channels_last = x.contiguous(memory_format=torch.channels_last)
-    assert (kernel.resample_separable(channels_last, rows, cols, torch.float32) - ref).abs().max() < 1e-5
-    padded = torch.cat([x, torch.zeros(2, 3, 40, 9)], -1)  # taps may point into padding: weight 0 there
-    assert (kernel.resample_separable(padded[..., :30], rows, cols, torch.float32) - ref).abs().max() < 1e-5
-    with pytest.raises(ValueError, match="rows should be"):
-        kernel.resample_separable(x, (rows[0], rows[1][:, :, :1]), cols, torch.float32)
-    with pytest.raises(TypeError, match="float32 weights"):
-        kernel.resample_separable(x, (rows[0], rows[1].double()), cols, torch.float32)
+    assert (kernel.resample_axes(channels_last, axes, size, taps, torch.float32, antialias=False) - ref).abs().max() < 1e-5
+    padded = torch.cat([x, torch.zeros(2, 3, 40, 9)], -1)[..., :30]  # a view with a wider row stride
+    assert (kernel.resample_axes(padded, axes, size, taps, torch.float32, antialias=False) - ref).abs().max() < 1e-5
+    with pytest.raises(ValueError, match=r"axes should be float32 of shape \(B=2, 2, 6\)"):
+        kernel.resample_axes(x, axes[:, :, :5], size, taps, torch.float32)
 
 
 def _matrices(n: int, h: int, w: int) -> torch.Tensor:
@@ -233,10 +242,10 @@ def test_kernels_compile_for_the_gpus_we_target(arch):
                  {"src": f"*{dtype}", **program, "pixels": "i32", "step": "i32"},
                  {"STEPS": 5, "CHANNELS": channels}),
                 (gpu_kernels._resample_kernel,
-                 {"src": "*u8" if dtype == "fp16" else f"*{dtype}", "out": f"*{dtype}", "index": "*i64", "weight": "*fp32",
+                 {"src": "*u8" if dtype == "fp16" else f"*{dtype}", "out": f"*{dtype}", "axes": "*fp32",
                   "P": "i32", "Q": "i32", "limit": "i32", "stride_n": "i32", "stride_c": "i32", "stride_p": "i32",
-                  "stride_q": "i32", "tap_n": "i32", "tap_o": "i32", "tap_k": "i32", "scale": "fp32"},
-                 {"CHANNELS": channels, "TAPS": 5, "AXIS": channels % 2}),
+                  "stride_q": "i32", "scale": "fp32"},
+                 {"CHANNELS": channels, "TAPS": 5, "AXIS": channels % 2, "ANTIALIAS": dtype != "bf16"}),
                 (gpu_kernels._warp_kernel,
                  {**images, "matrix": "*fp32", "fill": "*fp32", "H": "i32", "W": "i32", "stride_n": "i32",
                   "stride_c": "i32", "stride_h": "i32", "stride_w": "i32"},
