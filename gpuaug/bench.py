@@ -6,7 +6,8 @@ Rows, per device and batch size:
    (so its img/s is per worker core); ragged ~500x375 uint8 photos, one at a time.
 2. kornia.augmentation.AugmentationSequential on the batch (eager; on CUDA also torch.compile).
 3. torchvision.transforms.v2 on the whole batch: fast, but ONE draw for the whole batch.
-4. gpuaug on the batch, and on the ragged list as a DataLoader with a list collate gives it.
+4. gpuaug on the batch, and on the ragged list as a DataLoader with a list collate gives it; on
+   CUDA also with its torch kernels instead of its Triton kernels (``GPUAUG_TRITON=0``).
 
 Batched rows get the photos resized once to a common 375x500 (kornia and torchvision cannot take a
 ragged list), uint8 and already on the device. Timings are medians over ``repeats`` after a
@@ -17,6 +18,7 @@ warm-up; CPU rows run with one thread. The process keeps freed memory for all ro
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 import time
@@ -38,6 +40,7 @@ KORNIA_COMPILED = "kornia AugmentationSequential, torch.compile"
 TORCHVISION_BATCH = "torchvision v2 on the batch (one draw per batch)"
 GPUAUG = "gpuaug"
 GPUAUG_RAGGED = "gpuaug, ragged list input"
+GPUAUG_TORCH_KERNELS = "gpuaug, torch kernels only (GPUAUG_TRITON=0)"
 
 
 def gpuaug_pipeline(device) -> Pipeline:
@@ -109,7 +112,22 @@ def _jobs(device: torch.device, ragged: list[torch.Tensor]):
     jobs.append((TORCHVISION_BATCH, lambda: tv(uniform), 1))
     jobs.append((GPUAUG, lambda: ours(uniform), 2))
     jobs.append((GPUAUG_RAGGED, lambda: ours(on_device), 2))
+    if device.type == "cuda":
+        jobs.append((GPUAUG_TORCH_KERNELS, lambda: _without_triton(ours, uniform), 2))
     return jobs
+
+
+def _without_triton(pipeline: Pipeline, images: torch.Tensor) -> torch.Tensor:
+    """``pipeline(images)`` with the torch kernels (``GPUAUG_TRITON=0`` for the call)."""
+    before = os.environ.get("GPUAUG_TRITON")
+    os.environ["GPUAUG_TRITON"] = "0"
+    try:
+        return pipeline(images)
+    finally:
+        if before is None:
+            del os.environ["GPUAUG_TRITON"]
+        else:
+            os.environ["GPUAUG_TRITON"] = before
 
 
 def run(devices=None, batch_sizes=(64, 256), repeats: int = 5, progress: bool = True) -> list[dict]:

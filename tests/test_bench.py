@@ -1,6 +1,7 @@
 """`gpuaug bench`: the README's main command runs, prints its table last, writes JSON and a PNG."""
 
 import json
+import os
 
 import pytest
 
@@ -52,3 +53,10 @@ def test_keep_freed_memory_changes_no_result(photos):
     assert isinstance(ga.keep_freed_memory(), bool)
     pipe.manual_seed(0)
     assert (pipe(photos) == before).all()
+
+
+def test_without_triton_sets_the_switch_for_the_call_only(monkeypatch):
+    seen = []
+    monkeypatch.delenv("GPUAUG_TRITON", raising=False)
+    bench._without_triton(lambda x: seen.append(os.environ.get("GPUAUG_TRITON")), None)
+    assert seen == ["0"] and "GPUAUG_TRITON" not in os.environ
