@@ -28,7 +28,7 @@ _stage = ["other"]
 
 class _CountLaunches:
     """Stands in for gpuaug.gpu_kernels: counts the Triton launches (the resampling: two; the warp:
-    one; the color program: one per step where a contrast can occur, plus one), runs none."""
+    one; the color program: one per step, for contrast means, plus one), runs none."""
 
     def __init__(self):
         self.launches = 0
@@ -36,8 +36,8 @@ class _CountLaunches:
     def guarded(self, launch, *args, **kwargs):
         return launch(*args, **kwargs)
 
-    def color_program(self, x, out, ops, factors, mean, inv_std, contrast=True):
-        self.launches += (ops.shape[1] if contrast else 0) + 1
+    def color_program(self, x, out, ops, factors, mean, inv_std):
+        self.launches += ops.shape[1] + 1
         return out
 
     def warp_affine(self, x, matrix, fill=None):

@@ -9,8 +9,8 @@ float32 copy of the images and a float32 sampling grid in memory.
   kernel, :mod:`gpuaug.native`: ColorJitter's steps in each sample's order, RandomGrayscale as
   saturation 0, then Normalize) on a tile of pixels held in registers, in float32, and writes the
   result once, in the output dtype. A contrast step needs the mean gray of the image as it stands
-  before that step, so each step that may be contrast first gets one reduction launch (one program
-  per sample; samples whose step is not contrast skip it). Formulas (torchvision's, as in
+  before that step, so each step first gets one reduction launch (one program per sample; samples
+  whose step is not contrast return at once). Formulas (torchvision's, as in
   native/color.c): brightness ``clamp(f x)``, contrast ``clamp(f x + (1 - f) mean(gray))``,
   saturation ``clamp(f x + (1 - f) gray)``, hue the HSV shift of
   :func:`gpuaug.functional.color.adjust_hue`, normalize ``(x - mean) * inv_std``.
@@ -52,8 +52,8 @@ _state: dict = {}
 
 
 def usable(device) -> bool:
-    """Whether the pipeline should run its color ops and warp through these kernels on ``device``: CUDA,
-    Triton importable, not disabled by ``GPUAUG_TRITON=0``, and no earlier launch failed."""
+    """Whether the pipeline should run its geometry and color ops through these kernels on
+    ``device``: CUDA, Triton importable, not disabled by ``GPUAUG_TRITON=0``, no launch failed."""
     if triton is None or torch.device(device).type != "cuda" or _state.get("broken"):
         return False
     return os.environ.get("GPUAUG_TRITON", "1").strip().lower() not in ("0", "false", "no", "off")
@@ -257,7 +257,7 @@ if triton is not None:
 
 
 def color_program(x: Tensor, out: Tensor, ops: Tensor, factors: Tensor, mean: Tensor | None = None,
-                  inv_std: Tensor | None = None, contrast: bool = True) -> Tensor:
+                  inv_std: Tensor | None = None) -> Tensor:
     """Run each sample's color program on ``x`` into ``out``.
 
     Args:
@@ -266,7 +266,6 @@ def color_program(x: Tensor, out: Tensor, ops: Tensor, factors: Tensor, mean: Te
         ops: ``(B, S)`` int32 op codes (``gpuaug.native.OP_*``), run left to right.
         factors: ``(B, S)`` float32, each step's factor.
         mean, inv_std: ``(C,)`` float32 for a final normalize, or both None.
-        contrast: False when no step can be contrast (skips the reduction launches).
 
     Returns:
         ``out``. Raises ``ValueError``/``TypeError`` on arguments the kernel does not take.
@@ -292,10 +291,9 @@ def color_program(x: Tensor, out: Tensor, ops: Tensor, factors: Tensor, mean: Te
     # Written by the reduction launch for each contrast step, read only there: no fill needed.
     contrast_means = torch.empty(B, max(steps, 1), device=x.device, dtype=torch.float32)
     pixels = H * W
-    if contrast:
-        for step in range(steps):
-            _contrast_mean_kernel[(B,)](x, ops, factors, contrast_means, pixels, step,
-                                        STEPS=steps, CHANNELS=C, BLOCK=BLOCK)
+    for step in range(steps):  # programs whose step is not contrast return at once
+        _contrast_mean_kernel[(B,)](x, ops, factors, contrast_means, pixels, step,
+                                    STEPS=steps, CHANNELS=C, BLOCK=BLOCK)
     normalize = mean is not None
     mean = mean.to(torch.float32).contiguous() if normalize else factors
     inv_std = inv_std.to(torch.float32).contiguous() if normalize else factors
@@ -363,22 +361,19 @@ def resample_axes(x: Tensor, axes: Tensor, size: tuple[int, int], taps: tuple[in
 
 @torch.compiler.disable  # torch.compile runs these as they are (each is one fused kernel already)
 def guarded(launch, *args, **kwargs):
-    """``launch(*args, **kwargs)`` (:func:`resample_axes`, :func:`warp_affine`, :func:`color_program`), except that a
-    failure of this module's first launch (Triton cannot compile for this GPU, say) warns once and
-    turns the kernels off for the process -> None (the caller then runs its torch kernels). Bad
-    arguments (``TypeError``/``ValueError``) and later failures propagate."""
-    if _state.get("ran"):
-        return launch(*args, **kwargs)
-    if _state.get("broken"):  # an earlier launch of this batch failed and warned
+    """``launch(*args, **kwargs)`` (:func:`resample_axes`, :func:`warp_affine`,
+    :func:`color_program`), except that where a launch fails (Triton cannot compile for this GPU,
+    say; each new shape specialization compiles anew) it warns once and turns the kernels off for
+    the process -> None, and the caller runs its torch kernels. Bad arguments
+    (``TypeError``/``ValueError``) and running out of memory propagate."""
+    if _state.get("broken"):
         return None
     try:
-        result = launch(*args, **kwargs)
-    except (TypeError, ValueError):
+        return launch(*args, **kwargs)
+    except (TypeError, ValueError, torch.OutOfMemoryError):
         raise
     except Exception as error:  # noqa: BLE001 - any compile or launch failure: fall back, loudly
         _state["broken"] = True
         warnings.warn(f"gpuaug: the Triton kernels failed ({type(error).__name__}: {error}); "
                       "using the torch kernels from now on", RuntimeWarning, stacklevel=3)
         return None
-    _state["ran"] = True
-    return result

@@ -301,9 +301,7 @@ class Pipeline(nn.Module):
         if normalize is not None:
             normalize.check_channels(x.shape[1])
             mean, inv_std = normalize.mean, normalize.inv_std
-        out = torch.empty_like(x)
-        contrast = any(op.takes_contrast() for op in self._color_ops)
-        return kernels.guarded(kernels.color_program, x, out, ops, factors, mean, inv_std, contrast=contrast)
+        return kernels.guarded(kernels.color_program, x, torch.empty_like(x), ops, factors, mean, inv_std)
 
     def _finish(self, x: Tensor, n: int, frames: int) -> Tensor:
         """Cast to the output dtype, restore clips' ``(B, T, ...)`` (``frames`` > 0), lay out memory."""

@@ -60,7 +60,7 @@ class _TritonStub:
         return launch(*args, **kwargs)
 
     @staticmethod
-    def color_program(x, out, ops, factors, mean, inv_std, contrast=True):
+    def color_program(x, out, ops, factors, mean, inv_std):
         for t in (x, out, ops, factors) + ((mean, inv_std) if mean is not None else ()):
             assert t.device.type == "cuda", t.device
         assert x.is_contiguous() and out.shape == x.shape and out.dtype == x.dtype

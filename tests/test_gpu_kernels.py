@@ -256,3 +256,16 @@ def test_kernels_compile_for_the_gpus_we_target(arch):
                 signature = {**signature, **{name: "constexpr" for name in constants}}
                 compiled = triton.compile(ASTSource(fn, signature, constexprs=constants), target=target)
                 assert len(compiled.asm["cubin"]) > 0
+
+
+def test_guarded_lets_bad_arguments_and_out_of_memory_through(kernel):
+    def fails(error):
+        def launch():
+            raise error
+        return launch
+
+    for error in (ValueError("bad"), TypeError("bad"), torch.OutOfMemoryError("CUDA out of memory")):
+        with pytest.raises(type(error)):
+            kernel.guarded(fails(error))
+    assert not kernel._state.get("broken")
+    assert kernel.guarded(lambda: 7) == 7

@@ -37,10 +37,6 @@ class ColorOp(Op):
         uses :meth:`apply`)."""
         return None
 
-    def takes_contrast(self) -> bool:
-        """Whether :meth:`program` can hold a contrast step (whose mean needs a reduction)."""
-        return False
-
 
 def color_programs(color_ops, by_op: dict, n: int, device) -> tuple[Tensor, Tensor, Normalize | None] | None:
     """The pipeline's color ops as one program per sample for the fused kernels: ``(ops, factors,
@@ -135,9 +131,6 @@ class ColorJitter(ColorOp):
     def program(self, params: Params) -> tuple[Tensor, Tensor]:
         steps, step_factor = self._steps(params)
         return (steps + OP_BRIGHTNESS).to(torch.int32), step_factor.to(torch.float32)
-
-    def takes_contrast(self) -> bool:
-        return self.contrast is not None
 
     def group_key(self, params: Params) -> Tensor | None:
         """``(B,)`` how many blends each sample runs before hue (``None`` without hue): samples with
