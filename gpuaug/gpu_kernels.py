@@ -9,8 +9,9 @@ float32 copy of the images and a float32 sampling grid in memory.
   kernel, :mod:`gpuaug.native`: ColorJitter's steps in each sample's order, RandomGrayscale as
   saturation 0, then Normalize) on a tile of pixels held in registers, in float32, and writes the
   result once, in the output dtype. A contrast step needs the mean gray of the image as it stands
-  before that step, so each step first gets one reduction launch (one program per sample; samples
-  whose step is not contrast return at once). Formulas (torchvision's, as in
+  before that step, so each step first gets one launch that sums that gray image per tile (the
+  programs of samples whose step is not contrast return at once); the mean is the sum of those
+  sums in a fixed order, so results are deterministic. Formulas (torchvision's, as in
   native/color.c): brightness ``clamp(f x)``, contrast ``clamp(f x + (1 - f) mean(gray))``,
   saturation ``clamp(f x + (1 - f) gray)``, hue the HSV shift of
   :func:`gpuaug.functional.color.adjust_hue`, normalize ``(x - mean) * inv_std``.
@@ -77,15 +78,23 @@ if triton is not None:
         return a + b
 
     @triton.jit
-    def _run_steps(r, g, b, ops, factors, contrast_means, stop, CHANNELS: tl.constexpr):
-        """Steps ``[0, stop)`` of one sample's program on a tile (r, g, b float32 blocks)."""
+    def _contrast_mean(partials, tiles, pixels, TILES: tl.constexpr):
+        """The mean gray from one contrast step's per-tile sums (``tiles`` of them, ``TILES`` >= tiles,
+        a power of two), summed in a fixed order: deterministic."""
+        i = tl.arange(0, TILES)
+        return tl.reduce(tl.load(partials + i, mask=i < tiles, other=0.0), 0, _add) / pixels
+
+    @triton.jit
+    def _run_steps(r, g, b, ops, factors, partials, tiles, pixels, stop, CHANNELS: tl.constexpr, TILES: tl.constexpr):
+        """Steps ``[0, stop)`` of one sample's program on a tile (r, g, b float32 blocks);
+        ``partials`` are the sample's ``(S, tiles)`` per-tile gray sums for its contrast steps."""
         for s in range(0, stop):
             op = tl.load(ops + s)
             f = tl.load(factors + s)
             if op == _BRIGHTNESS:
                 r, g, b = _clamp01(f * r), _clamp01(f * g), _clamp01(f * b)
             elif op == _CONTRAST:
-                offset = (1.0 - f) * tl.load(contrast_means + s)
+                offset = (1.0 - f) * _contrast_mean(partials + s * tiles, tiles, pixels, TILES)
                 r, g, b = _clamp01(f * r + offset), _clamp01(f * g + offset), _clamp01(f * b + offset)
             elif op == _SATURATION:
                 if CHANNELS == 3:
@@ -116,28 +125,26 @@ if triton is not None:
         return r, g, b
 
     @triton.jit
-    def _contrast_mean_kernel(src, ops, factors, contrast_means, pixels, step,
-                              STEPS: tl.constexpr, CHANNELS: tl.constexpr, BLOCK: tl.constexpr):
-        """Grid ``(B,)``: where sample n's step ``step`` is contrast, the mean gray of its image
-        after steps ``[0, step)`` -> ``contrast_means[n, step]``."""
-        n = tl.program_id(0)
+    def _contrast_sum_kernel(src, ops, factors, partials, pixels, tiles, step,
+                             STEPS: tl.constexpr, CHANNELS: tl.constexpr, TILES: tl.constexpr, BLOCK: tl.constexpr):
+        """Grid ``(tiles, B)``: where sample n's step ``step`` is contrast, the sum of one tile of
+        its gray image after steps ``[0, step)`` -> ``partials[n, step, tile]``."""
+        tile, n = tl.program_id(0), tl.program_id(1)
         row = n.to(tl.int64) * STEPS
         if tl.load(ops + row + step) == _CONTRAST:
-            image = src + n.to(tl.int64) * CHANNELS * pixels
-            total = tl.full([BLOCK], 0.0, tl.float32)
-            for start in range(0, pixels, BLOCK):
-                offs = start + tl.arange(0, BLOCK)
-                mask = offs < pixels
-                r, g, b = _load_tile(image, offs, mask, pixels, CHANNELS)
-                r, g, b = _run_steps(r, g, b, ops + row, factors + row, contrast_means + row, step, CHANNELS)
-                if CHANNELS == 3:
-                    r = r * 0.2989 + g * 0.587 + b * 0.114  # the gray image
-                total += tl.where(mask, r, 0.0)
-            tl.store(contrast_means + row + step, tl.reduce(total, 0, _add) / pixels)
+            sums = partials + row * tiles
+            offs = tile * BLOCK + tl.arange(0, BLOCK)
+            mask = offs < pixels
+            r, g, b = _load_tile(src + n.to(tl.int64) * CHANNELS * pixels, offs, mask, pixels, CHANNELS)
+            r, g, b = _run_steps(r, g, b, ops + row, factors + row, sums, tiles, pixels, step, CHANNELS, TILES)
+            if CHANNELS == 3:
+                r = r * 0.2989 + g * 0.587 + b * 0.114  # the gray image
+            tl.store(sums + step * tiles + tile, tl.reduce(tl.where(mask, r, 0.0), 0, _add))
 
     @triton.jit
-    def _color_kernel(src, out, ops, factors, contrast_means, mean, inv_std, pixels,
-                      STEPS: tl.constexpr, CHANNELS: tl.constexpr, NORMALIZE: tl.constexpr, BLOCK: tl.constexpr):
+    def _color_kernel(src, out, ops, factors, partials, mean, inv_std, pixels, tiles,
+                      STEPS: tl.constexpr, CHANNELS: tl.constexpr, NORMALIZE: tl.constexpr, TILES: tl.constexpr,
+                      BLOCK: tl.constexpr):
         """Grid ``(tiles, B)``: every step of sample n's program on one tile, then normalize,
         written to ``out`` in its dtype."""
         tile, n = tl.program_id(0), tl.program_id(1)
@@ -146,7 +153,8 @@ if triton is not None:
         offs = tile * BLOCK + tl.arange(0, BLOCK)
         mask = offs < pixels
         r, g, b = _load_tile(src + base, offs, mask, pixels, CHANNELS)
-        r, g, b = _run_steps(r, g, b, ops + row, factors + row, contrast_means + row, STEPS, CHANNELS)
+        r, g, b = _run_steps(r, g, b, ops + row, factors + row, partials + row * tiles, tiles, pixels, STEPS,
+                             CHANNELS, TILES)
         if NORMALIZE:
             r = (r - tl.load(mean)) * tl.load(inv_std)
             if CHANNELS == 3:
@@ -157,7 +165,6 @@ if triton is not None:
         if CHANNELS == 3:
             tl.store(out + base + pixels + offs, g.to(dtype), mask=mask)
             tl.store(out + base + 2 * pixels + offs, b.to(dtype), mask=mask)
-
 
     @triton.jit
     def _warp_kernel(src, out, matrix, fill, H, W, stride_n, stride_c, stride_h, stride_w,
@@ -286,19 +293,19 @@ def color_program(x: Tensor, out: Tensor, ops: Tensor, factors: Tensor, mean: Te
         raise TypeError(f"ops should be int32 and factors float32, got {ops.dtype} and {factors.dtype}")
     if (mean is None) != (inv_std is None) or (mean is not None and (mean.numel() != C or inv_std.numel() != C)):
         raise ValueError(f"mean and inv_std should both be None or both hold {C} values")
-    steps = ops.shape[1]
+    steps, pixels = ops.shape[1], H * W
+    tiles = triton.cdiv(pixels, BLOCK)
     ops, factors = ops.contiguous(), factors.contiguous()
-    # Written by the reduction launch for each contrast step, read only there: no fill needed.
-    contrast_means = torch.empty(B, max(steps, 1), device=x.device, dtype=torch.float32)
-    pixels = H * W
+    # Per-tile gray sums of each contrast step, written by its launch below and read only for
+    # that step (of that sample) after it: no fill needed.
+    partials = torch.empty(B, max(steps, 1), tiles, device=x.device, dtype=torch.float32)
+    shape = dict(STEPS=steps, CHANNELS=C, TILES=triton.next_power_of_2(tiles), BLOCK=BLOCK)
     for step in range(steps):  # programs whose step is not contrast return at once
-        _contrast_mean_kernel[(B,)](x, ops, factors, contrast_means, pixels, step,
-                                    STEPS=steps, CHANNELS=C, BLOCK=BLOCK)
+        _contrast_sum_kernel[(tiles, B)](x, ops, factors, partials, pixels, tiles, step, **shape)
     normalize = mean is not None
     mean = mean.to(torch.float32).contiguous() if normalize else factors
     inv_std = inv_std.to(torch.float32).contiguous() if normalize else factors
-    _color_kernel[(triton.cdiv(pixels, BLOCK), B)](x, out, ops, factors, contrast_means, mean, inv_std, pixels,
-                                                   STEPS=steps, CHANNELS=C, NORMALIZE=normalize, BLOCK=BLOCK)
+    _color_kernel[(tiles, B)](x, out, ops, factors, partials, mean, inv_std, pixels, tiles, NORMALIZE=normalize, **shape)
     return out
 
 

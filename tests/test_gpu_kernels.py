@@ -29,7 +29,7 @@ def _args(n=2, C=3, S=2, shape=(8, 8)):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_program_steps_match_the_torch_kernels(kernel, dtype):
-    x = torch.rand(4, 3, 40, 70, generator=torch.Generator().manual_seed(1))  # 2800 px: a partial tile
+    x = torch.rand(4, 3, 70, 130, generator=torch.Generator().manual_seed(1))  # 9100 px: tiles, the last partial
     # Two contrast steps in one program (two ColorJitters): each takes the mean of its own input;
     # rows differ per sample, as the pipeline's do.
     ops = torch.tensor([[2, 4, 2, 3, 1], [1, 3, 4, 2, 0], [4, 0, 0, 0, 2], [0, 0, 0, 0, 0]], dtype=torch.int32)
@@ -233,14 +233,14 @@ def test_kernels_compile_for_the_gpus_we_target(arch):
     for dtype in ("fp16", "bf16", "fp32"):
         for channels in (1, 3):
             images = {"src": f"*{dtype}", "out": f"*{dtype}"}
-            program = {"ops": "*i32", "factors": "*fp32", "contrast_means": "*fp32"}
+            program = {"ops": "*i32", "factors": "*fp32", "partials": "*fp32"}
             kernels = [
                 (gpu_kernels._color_kernel,
-                 {**images, **program, "mean": "*fp32", "inv_std": "*fp32", "pixels": "i32"},
-                 {"STEPS": 5, "CHANNELS": channels, "NORMALIZE": True}),
-                (gpu_kernels._contrast_mean_kernel,
-                 {"src": f"*{dtype}", **program, "pixels": "i32", "step": "i32"},
-                 {"STEPS": 5, "CHANNELS": channels}),
+                 {**images, **program, "mean": "*fp32", "inv_std": "*fp32", "pixels": "i32", "tiles": "i32"},
+                 {"STEPS": 5, "CHANNELS": channels, "NORMALIZE": True, "TILES": 64}),
+                (gpu_kernels._contrast_sum_kernel,
+                 {"src": f"*{dtype}", **program, "pixels": "i32", "tiles": "i32", "step": "i32"},
+                 {"STEPS": 5, "CHANNELS": channels, "TILES": 64}),
                 (gpu_kernels._resample_kernel,
                  {"src": "*u8" if dtype == "fp16" else f"*{dtype}", "out": f"*{dtype}", "axes": "*fp32",
                   "P": "i32", "Q": "i32", "limit": "i32", "stride_n": "i32", "stride_c": "i32", "stride_p": "i32",
