@@ -224,7 +224,9 @@ if triton is not None:
         outside the window ``[lo, hi)`` weighing 0, normalized; outside ``[valid_lo, valid_hi)``
         the output is 0. ``axes`` is ``(B, 2, 6)`` float32: per axis ``s, t, lo, hi, valid_lo,
         valid_hi`` (what :func:`gpuaug.functional.geometry.axis_taps` takes). ``src`` is read
-        through its strides (any layout, uint8 or float), taps clamped to ``[0, limit)``."""
+        through its strides (any layout, uint8 or float), taps clamped to ``[0, limit)``; only
+        taps of non-zero weight are read. The row pass writes only the columns inside the
+        x-window, all the column pass reads."""
         tile, plane_id = tl.program_id(0), tl.program_id(1)
         n, c = plane_id // CHANNELS, plane_id % CHANNELS
         offs = tile * BLOCK + tl.arange(0, BLOCK)
@@ -243,6 +245,11 @@ if triton is not None:
         s, t = tl.load(params), tl.load(params + 1)
         lo, hi = tl.load(params + 2), tl.load(params + 3)
         valid_lo, valid_hi = tl.load(params + 4), tl.load(params + 5)
+        if AXIS == 0:
+            # Only the source columns the column pass reads (its window, a crop's ~half of the
+            # row): it loads only taps of non-zero weight, all inside that window.
+            column = q.to(tl.float32)
+            mask = mask & (column >= tl.load(axes + n * 12 + 8)) & (column < tl.load(axes + n * 12 + 9))
         center = s * (o.to(tl.float32) + 0.5) + t
         if ANTIALIAS:
             support = tl.maximum(tl.abs(s), 1.0)
@@ -256,7 +263,7 @@ if triton is not None:
             w = tl.maximum(1.0 - tl.abs((at + 0.5 - center) / support), 0.0)
             w = tl.where((at >= lo) & (at < hi), w, 0.0)
             row = tl.minimum(tl.maximum(at, 0.0), limit - 1.0).to(tl.int64)
-            total += w * tl.load(plane + fixed + row * step, mask=mask, other=0).to(tl.float32)
+            total += w * tl.load(plane + fixed + row * step, mask=mask & (w > 0.0), other=0).to(tl.float32)
             weights += w
         inside = (o.to(tl.float32) >= valid_lo) & (o.to(tl.float32) < valid_hi)
         value = tl.where(inside, total / tl.maximum(weights, 1e-12), 0.0) * scale

@@ -21,6 +21,18 @@ def kernel(interpreted_gpu_kernels, monkeypatch):
     return interpreted_gpu_kernels
 
 
+@pytest.fixture
+def nan_empty(monkeypatch):
+    """``torch.empty`` filled with NaN: a kernel that reads memory nobody wrote shows it."""
+    empty = torch.empty
+
+    def filled(*args, **kwargs):
+        t = empty(*args, **kwargs)
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+    monkeypatch.setattr(torch, "empty", filled)
+
+
 def _args(n=2, C=3, S=2, shape=(8, 8)):
     x = torch.rand(n, C, *shape, generator=torch.Generator().manual_seed(0))
     ops = torch.full((n, S), native.OP_BRIGHTNESS, dtype=torch.int32)
@@ -28,7 +40,7 @@ def _args(n=2, C=3, S=2, shape=(8, 8)):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_program_steps_match_the_torch_kernels(kernel, dtype):
+def test_program_steps_match_the_torch_kernels(kernel, dtype, nan_empty):
     x = torch.rand(4, 3, 70, 130, generator=torch.Generator().manual_seed(1))  # 9100 px: tiles, the last partial
     # Two contrast steps in one program (two ColorJitters): each takes the mean of its own input;
     # rows differ per sample, as the pipeline's do.
@@ -151,7 +163,7 @@ def _reference(x, axes, size, taps, antialias=True):
 
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32, torch.float16])
 @pytest.mark.parametrize("channels", [1, 3])
-def test_resampling_matches_axis_taps_and_the_torch_resampling(kernel, dtype, channels):
+def test_resampling_matches_axis_taps_and_the_torch_resampling(kernel, dtype, channels, nan_empty):
     g = torch.Generator().manual_seed(8)
     x = torch.randint(0, 256, (4, channels, 61, 61), generator=g, dtype=torch.uint8)
     x = x if dtype == torch.uint8 else (x.to(dtype) / 255)
