@@ -157,15 +157,11 @@ def rotation_matrix(angle: Tensor, height: int, width: int) -> Tensor:
     by ``angle`` degrees (``(B,)``) about the image center, counter-clockwise as torchvision's."""
     a = torch.deg2rad(angle.float())
     cos, sin = torch.cos(a), torch.sin(a)
-    m = torch.zeros(angle.shape[0], 3, 3, device=angle.device)
+    zero, one = torch.zeros_like(cos), torch.ones_like(cos)
     # In pixel units (y down) the inverse map of a counter-clockwise turn is [[c, -s], [s, c]];
     # normalized coordinates scale x by 2/width and y by 2/height.
-    m[:, 0, 0] = cos
-    m[:, 0, 1] = -sin * (height / width)
-    m[:, 1, 0] = sin * (width / height)
-    m[:, 1, 1] = cos
-    m[:, 2, 2] = 1
-    return m
+    rows = [cos, sin * (-height / width), zero, sin * (width / height), cos, zero, zero, zero, one]
+    return torch.stack(rows, -1).view(-1, 3, 3)
 
 
 def flip_matrix(flip_x: Tensor | None, flip_y: Tensor | None, n: int, device) -> Tensor:

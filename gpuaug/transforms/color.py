@@ -48,6 +48,8 @@ def color_programs(color_ops, by_op: dict, n: int, device) -> tuple[Tensor, Tens
         return None
     if not programs:
         return torch.zeros(n, 0, dtype=torch.int32, device=device), torch.zeros(n, 0, device=device), normalize
+    if len(programs) == 1:
+        return (*programs[0], normalize)
     return torch.cat([p[0] for p in programs], 1), torch.cat([p[1] for p in programs], 1), normalize
 
 
