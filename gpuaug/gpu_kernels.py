@@ -85,11 +85,14 @@ if triton is not None:
         return tl.reduce(tl.load(partials + i, mask=i < tiles, other=0.0), 0, _add) / pixels
 
     @triton.jit
-    def _run_steps(r, g, b, ops, factors, partials, tiles, pixels, stop, CHANNELS: tl.constexpr, TILES: tl.constexpr):
-        """Steps ``[0, stop)`` of one sample's program on a tile (r, g, b float32 blocks);
-        ``partials`` are the sample's ``(S, tiles)`` per-tile gray sums for its contrast steps."""
-        for s in range(0, stop):
-            op = tl.load(ops + s)
+    def _run_steps(r, g, b, ops, factors, partials, tiles, pixels, stop, STEPS: tl.constexpr, CHANNELS: tl.constexpr,
+                   TILES: tl.constexpr):
+        """Steps ``[0, stop)`` of one sample's ``STEPS``-step program on a tile (r, g, b float32
+        blocks); ``partials`` are the sample's ``(S, tiles)`` per-tile gray sums for its contrast
+        steps. (The loop runs to the constexpr ``STEPS``, later steps doing nothing: Triton 3.6's
+        interpreter cannot loop to a run-time bound.)"""
+        for s in range(0, STEPS):
+            op = tl.where(s < stop, tl.load(ops + s), 0)
             f = tl.load(factors + s)
             if op == _BRIGHTNESS:
                 r, g, b = _clamp01(f * r), _clamp01(f * g), _clamp01(f * b)
@@ -136,7 +139,7 @@ if triton is not None:
             offs = tile * BLOCK + tl.arange(0, BLOCK)
             mask = offs < pixels
             r, g, b = _load_tile(src + n.to(tl.int64) * CHANNELS * pixels, offs, mask, pixels, CHANNELS)
-            r, g, b = _run_steps(r, g, b, ops + row, factors + row, sums, tiles, pixels, step, CHANNELS, TILES)
+            r, g, b = _run_steps(r, g, b, ops + row, factors + row, sums, tiles, pixels, step, STEPS, CHANNELS, TILES)
             if CHANNELS == 3:
                 r = r * 0.2989 + g * 0.587 + b * 0.114  # the gray image
             tl.store(sums + step * tiles + tile, tl.reduce(tl.where(mask, r, 0.0), 0, _add))
@@ -153,7 +156,7 @@ if triton is not None:
         offs = tile * BLOCK + tl.arange(0, BLOCK)
         mask = offs < pixels
         r, g, b = _load_tile(src + base, offs, mask, pixels, CHANNELS)
-        r, g, b = _run_steps(r, g, b, ops + row, factors + row, partials + row * tiles, tiles, pixels, STEPS,
+        r, g, b = _run_steps(r, g, b, ops + row, factors + row, partials + row * tiles, tiles, pixels, STEPS, STEPS,
                              CHANNELS, TILES)
         if NORMALIZE:
             r = (r - tl.load(mean)) * tl.load(inv_std)
