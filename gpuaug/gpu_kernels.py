@@ -313,8 +313,8 @@ def color_program(x: Tensor, out: Tensor, ops: Tensor, factors: Tensor, mean: Te
     for step in range(steps):  # programs whose step is not contrast return at once
         _contrast_sum_kernel[(tiles, B)](x, ops, factors, partials, pixels, tiles, step, **shape)
     normalize = mean is not None
-    mean = mean.to(torch.float32).contiguous() if normalize else factors
-    inv_std = inv_std.to(torch.float32).contiguous() if normalize else factors
+    mean = mean.to(x.device, torch.float32).contiguous() if normalize else factors
+    inv_std = inv_std.to(x.device, torch.float32).contiguous() if normalize else factors
     _color_kernel[(tiles, B)](x, out, ops, factors, partials, mean, inv_std, pixels, tiles, NORMALIZE=normalize, **shape)
     return out
 
@@ -334,8 +334,8 @@ def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor | None = None) -> Tensor
     if fill is not None and fill.numel() != C:
         raise ValueError(f"fill should hold {C} values, got {fill.numel()}")
     out = torch.empty(B, C, H, W, device=x.device, dtype=x.dtype)
-    matrix = matrix.to(torch.float32).contiguous()
-    fill_arg = fill.to(torch.float32).contiguous() if fill is not None else matrix
+    matrix = matrix.to(x.device, torch.float32).contiguous()
+    fill_arg = fill.to(x.device, torch.float32).contiguous() if fill is not None else matrix
     _warp_kernel[(triton.cdiv(H * W, GEOMETRY_BLOCK), B)](x, out, matrix, fill_arg, H, W, *x.stride(),
                                                           CHANNELS=C, FILL=fill is not None, BLOCK=GEOMETRY_BLOCK)
     return out
