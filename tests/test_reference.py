@@ -23,45 +23,34 @@ def run(ops, images, **kw):
     return ga.Pipeline(*ops, device="cpu", seed=kw.pop("seed", 0), **kw)(images, return_params=True)
 
 
-def _set_path(path, monkeypatch, request):
+@pytest.fixture(params=["cpu fused", "cpu chunks", "one pass", "cuda kernels"])
+def kernel_path(request, monkeypatch):
+    """Run a test every way a batch can go: as the CPU runs it (chunks; plain resized crops of
+    uint8 images by torchvision's own uint8 kernel, other maps by float resampling of each image's
+    read area; the color ops as one fused C kernel); the same with torch color kernels (chunks
+    grouped by color passes, empty passes skipped: the CPU's path where no C compiler is found);
+    as CUDA does without Triton (the whole batch in one pass, float resampling, torch kernels);
+    and as CUDA does with Triton (one pass, resampling, warp and color by gpuaug.gpu_kernels, run
+    by Triton's CPU interpreter; a kernel failure fails the test, no fallback)."""
+    path = request.param
     if path == "cpu fused" and not ga.native.available():
         pytest.skip("the fused CPU color kernel could not be built here")
     if path != "cpu fused":
         monkeypatch.setenv("GPUAUG_NATIVE", "0")
     if path in ("one pass", "cuda kernels"):
         monkeypatch.setattr(ga.cpu, "OWN_PATH", False)
+    calls = []
     if path == "cuda kernels":
         kernel = request.getfixturevalue("interpreted_gpu_kernels")
         monkeypatch.setattr(pipeline_module, "_gpu_kernels", lambda device: kernel)
-        calls = []
 
-        def strict(launch, *args, **kwargs):  # no fallback: a kernel failure must fail the test
+        def strict(launch, *args, **kwargs):
             calls.append(launch.__name__)
             return launch(*args, **kwargs)
 
         monkeypatch.setattr(kernel, "guarded", strict)
-        yield path
-        assert calls, "no Triton kernel was called"
-        return
     yield path
-
-
-@pytest.fixture(params=["cpu fused", "cpu chunks", "one pass"])
-def batch_path(request, monkeypatch):
-    """Run a test three ways: as the CPU runs a batch (chunks; plain resized crops of uint8 images
-    by torchvision's own uint8 kernel, other maps by float resampling of each image's read area;
-    the color ops as one fused C kernel); the same with torch color kernels (chunks grouped by
-    color passes, empty passes skipped: the CPU's path where no C compiler is found); and as CUDA
-    does without Triton (the whole batch in one pass, float resampling, torch kernels)."""
-    yield from _set_path(request.param, monkeypatch, request)
-
-
-@pytest.fixture(params=["cpu fused", "cpu chunks", "one pass", "cuda kernels"])
-def kernel_path(request, monkeypatch):
-    """``batch_path``'s three ways and a fourth for the rotation and color tests: as CUDA does with
-    Triton (one pass, the warp and the color ops by gpuaug.gpu_kernels, run by Triton's CPU
-    interpreter)."""
-    yield from _set_path(request.param, monkeypatch, request)
+    assert path != "cuda kernels" or calls, "no Triton kernel was called"
 
 
 def resized_crop_reference(img, top, left, height, width, size, path):
