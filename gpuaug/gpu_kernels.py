@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -215,8 +216,8 @@ if triton is not None:
 
 
     @triton.jit
-    def _resample_kernel(src, out, axes, P, Q, limit, stride_n, stride_c, stride_p, stride_q, scale,
-                         CHANNELS: tl.constexpr, TAPS: tl.constexpr, AXIS: tl.constexpr,
+    def _resample_kernel(src, out, axes, table, P, Q, limit, stride_n, stride_c, stride_p, stride_q, scale,
+                         CHANNELS: tl.constexpr, TAPS: tl.constexpr, AXIS: tl.constexpr, RAGGED: tl.constexpr,
                          ANTIALIAS: tl.constexpr, BLOCK: tl.constexpr):
         """Grid ``(tiles of P*Q, B*C)``: one pass of the separable resampling along ``AXIS``
         (0: rows, 1: columns) -> contiguous ``out[n, c, p, q]``, times ``scale``.
@@ -229,21 +230,33 @@ if triton is not None:
         valid_hi`` (what :func:`gpuaug.functional.geometry.axis_taps` takes). ``src`` is read
         through its strides (any layout, uint8 or float), taps clamped to ``[0, limit)``; only
         taps of non-zero weight are read. The row pass writes only the columns inside the
-        x-window, all the column pass reads."""
+        x-window, all the column pass reads. ``RAGGED`` (row pass only): ``src`` is a flat buffer
+        of images of different sizes and ``table`` ``(B, 5)`` int64 gives each its offset, its
+        channel, row and column strides and its height (which replaces ``limit``)."""
         tile, plane_id = tl.program_id(0), tl.program_id(1)
         n, c = plane_id // CHANNELS, plane_id % CHANNELS
         offs = tile * BLOCK + tl.arange(0, BLOCK)
         mask = offs < P * Q
         p, q = offs // Q, offs % Q
-        plane = src + n.to(tl.int64) * stride_n + c * stride_c
+        if RAGGED:
+            entry = table + n * 5
+            base, sc = tl.load(entry), tl.load(entry + 1)
+            sp, sq = tl.load(entry + 2), tl.load(entry + 3)
+            limit_f = tl.load(entry + 4).to(tl.float32)
+        else:
+            # tl.cast, not .to: Triton passes an int argument equal to 1 as a constexpr.
+            base, sc = n.to(tl.int64) * stride_n, tl.cast(stride_c, tl.int64)
+            sp, sq = tl.cast(stride_p, tl.int64), tl.cast(stride_q, tl.int64)
+            limit_f = tl.cast(limit, tl.float32)
+        plane = src + base + c * sc
         if AXIS == 0:
             o = p
-            fixed = q.to(tl.int64) * stride_q
-            step = stride_p
+            fixed = q.to(tl.int64) * sq
+            step = sp
         else:
             o = q
-            fixed = p.to(tl.int64) * stride_p
-            step = stride_q
+            fixed = p.to(tl.int64) * sp
+            step = sq
         params = axes + n * 12 + AXIS * 6
         s, t = tl.load(params), tl.load(params + 1)
         lo, hi = tl.load(params + 2), tl.load(params + 3)
@@ -265,7 +278,7 @@ if triton is not None:
             at = first + k
             w = tl.maximum(1.0 - tl.abs((at + 0.5 - center) / support), 0.0)
             w = tl.where((at >= lo) & (at < hi), w, 0.0)
-            row = tl.minimum(tl.maximum(at, 0.0), limit - 1.0).to(tl.int64)
+            row = tl.minimum(tl.maximum(at, 0.0), limit_f - 1.0).to(tl.int64)
             total += w * tl.load(plane + fixed + row * step, mask=mask & (w > 0.0), other=0).to(tl.float32)
             weights += w
         inside = (o.to(tl.float32) >= valid_lo) & (o.to(tl.float32) < valid_hi)
@@ -341,15 +354,45 @@ def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor | None = None) -> Tensor
     return out
 
 
-def resample_axes(x: Tensor, axes: Tensor, size: tuple[int, int], taps: tuple[int, int], dtype: torch.dtype,
-                  scale: float = 1.0, antialias: bool = True) -> Tensor:
+class Packed(NamedTuple):
+    """A ragged list of ``(C, H_i, W_i)`` images in one flat device buffer, which
+    :func:`resample_axes` reads in place, unpadded (:func:`pack_images` makes it)."""
+
+    flat: Tensor  # every image's elements, each in its own memory order
+    table: Tensor  # (B, 5) int64: offset in flat, channel/row/column strides, height
+    shape: tuple[int, int, int, int]  # (B, C, max height, max width)
+    images: list[Tensor]  # the images as given (a fallback to torch kernels pads them)
+
+
+def pack_images(images: list[Tensor]) -> Packed:
+    """Pack images of different sizes, on one device, for :func:`resample_axes`: one
+    concatenation (a single kernel for contiguous and channels-last images; others are made
+    contiguous first) and one non-blocking copy of the offsets table, instead of a padded batch
+    (a zero fill and a copy per image)."""
+    views, rows, offset = [], [], 0
+    for t in images:
+        dense = t.permute(sorted(range(3), key=lambda d: -t.stride(d)))  # its memory order
+        if not dense.is_contiguous():
+            t = dense = t.contiguous()
+        views.append(dense.reshape(-1))
+        rows.append([offset, t.stride(0), t.stride(1), t.stride(2), t.shape[1]])
+        offset += t.numel()
+    flat = torch.cat(views)
+    table = torch.tensor(rows, dtype=torch.int64).to(flat.device, non_blocking=True)
+    shape = (len(images), images[0].shape[0], max(t.shape[1] for t in images), max(t.shape[2] for t in images))
+    return Packed(flat, table, shape, list(images))
+
+
+def resample_axes(x: Tensor | Packed, axes: Tensor, size: tuple[int, int], taps: tuple[int, int],
+                  dtype: torch.dtype, scale: float = 1.0, antialias: bool = True) -> Tensor:
     """Crop, resize and flip a batch through per-sample axis maps, in two launches (rows, then
     columns): :func:`gpuaug.functional.geometry.axis_taps` and ``resample_separable`` fused, the
-    taps computed where they are used. Reads ``x`` (uint8 or float, any strides) as it is,
-    accumulates in float32, returns a contiguous ``(B, C, h, w)`` tensor in ``dtype``, times ``scale``.
+    taps computed where they are used. Reads ``x`` (uint8 or float, any strides, or a ragged
+    :class:`Packed` list) as it is, accumulates in float32, returns a contiguous
+    ``(B, C, h, w)`` tensor in ``dtype``, times ``scale``.
 
     Args:
-        x: ``(B, C, H, W)`` images.
+        x: ``(B, C, H, W)`` images, or :func:`pack_images` of a list of ``(C, H_i, W_i)``.
         axes: ``(B, 2, 6)`` float32: for y then x, ``scale, offset, window_lo, window_hi,
             valid_lo, valid_hi`` as ``axis_taps`` takes them.
         size: output ``(h, w)``; taps: taps per output pixel along y and x (``tap_count``).
@@ -358,21 +401,25 @@ def resample_axes(x: Tensor, axes: Tensor, size: tuple[int, int], taps: tuple[in
     """
     if triton is None:
         raise RuntimeError("gpuaug.gpu_kernels needs triton (it ships with torch's Linux CUDA wheels)")
-    if x.dim() != 4 or x.shape[1] not in (1, 3) or not (x.dtype == torch.uint8 or x.is_floating_point()):
-        raise ValueError(f"expected uint8 or float images (B, C, H, W) with C in {{1, 3}}, got {x.dtype} {tuple(x.shape)}")
-    B, C, H, W = x.shape
+    ragged = isinstance(x, Packed)
+    src = x.flat if ragged else x
+    B, C, H, W = x.shape if ragged else tuple(x.shape) if x.dim() == 4 else (0, 0, 0, 0)
+    if (not ragged and x.dim() != 4) or C not in (1, 3) or not (src.dtype == torch.uint8 or src.is_floating_point()):
+        raise ValueError(f"expected uint8 or float images (B, C, H, W) with C in {{1, 3}}, got {src.dtype} "
+                         f"{tuple(x.shape)}")
     if axes.shape != (B, 2, 6) or axes.dtype != torch.float32:
         raise ValueError(f"axes should be float32 of shape (B={B}, 2, 6), got {axes.dtype} {tuple(axes.shape)}")
     (h, w), (ky, kx) = size, taps
     axes = axes.contiguous()
-    tmp = torch.empty(B, C, h, W, device=x.device, dtype=dtype)
-    out = torch.empty(B, C, h, w, device=x.device, dtype=dtype)
+    tmp = torch.empty(B, C, h, W, device=src.device, dtype=dtype)
+    out = torch.empty(B, C, h, w, device=src.device, dtype=dtype)
+    strides = (0, 0, 0, 0) if ragged else x.stride()
     _resample_kernel[(triton.cdiv(h * W, GEOMETRY_BLOCK), B * C)](
-        x, tmp, axes, h, W, H, *x.stride(), 1.0,
-        CHANNELS=C, TAPS=ky, AXIS=0, ANTIALIAS=antialias, BLOCK=GEOMETRY_BLOCK)
+        src, tmp, axes, x.table if ragged else axes, h, W, H, *strides, 1.0,
+        CHANNELS=C, TAPS=ky, AXIS=0, RAGGED=ragged, ANTIALIAS=antialias, BLOCK=GEOMETRY_BLOCK)
     _resample_kernel[(triton.cdiv(h * w, GEOMETRY_BLOCK), B * C)](
-        tmp, out, axes, h, w, W, *tmp.stride(), float(scale),
-        CHANNELS=C, TAPS=kx, AXIS=1, ANTIALIAS=antialias, BLOCK=GEOMETRY_BLOCK)
+        tmp, out, axes, axes, h, w, W, *tmp.stride(), float(scale),
+        CHANNELS=C, TAPS=kx, AXIS=1, RAGGED=False, ANTIALIAS=antialias, BLOCK=GEOMETRY_BLOCK)
     return out
 
 

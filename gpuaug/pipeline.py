@@ -148,7 +148,10 @@ class Pipeline(nn.Module):
         out = None
         for part in parts:
             chunk = _take(items, part)
-            if not (isinstance(chunk, list) and own and cpu.reads_in_place(chunk, plan)):
+            if isinstance(chunk, list) and sizes.per_image is not None and plan["axes"] is not None:
+                # CUDA kernels: a ragged list is packed into one buffer and read unpadded.
+                chunk = plan["kernels"].pack_images([t.to(self.device, non_blocking=True) for t in chunk])
+            elif not (isinstance(chunk, list) and own and cpu.reads_in_place(chunk, plan)):
                 chunk = self._stack(chunk, sizes[part])
             x = self._geometry(chunk, plan, part)
             if fused is not None:
@@ -242,11 +245,13 @@ class Pipeline(nn.Module):
         return plan
 
     def _geometry(self, x: Tensor | list[Tensor], plan: dict, part: slice | Tensor) -> Tensor:
-        """Images ``part`` of the batch (one tensor, or on the CPU a list that
-        :func:`gpuaug.cpu.reads_in_place` accepts) through the planned resampling and warp -> float,
+        """Images ``part`` of the batch (one tensor; on the CPU a list that
+        :func:`gpuaug.cpu.reads_in_place` accepts; on CUDA a ragged list packed by
+        :func:`gpuaug.gpu_kernels.pack_images`) through the planned resampling and warp -> float,
         contiguous."""
         dt = self.compute_dtype()
-        uint8 = x[0].dtype == torch.uint8 if isinstance(x, list) else x.dtype == torch.uint8
+        packed = not isinstance(x, (Tensor, list))  # a ragged list packed for the CUDA kernels
+        uint8 = (x.flat if packed else x[0] if isinstance(x, list) else x).dtype == torch.uint8
         warp = None if plan["warp"] is None else _take(plan["warp"], part)
         if plan["boxes"] is not None:
             # CPU, uint8, every sample a plain crop (+ flip) resized: torchvision's own uint8
@@ -276,6 +281,8 @@ class Pipeline(nn.Module):
                                             dt, 1 / 255 if uint8 else 1.0, r["antialias"])
                 if resampled is None and plan["rows"] is None:  # the kernels failed: taps for torch's
                     plan["rows"], plan["cols"] = _filter_taps(r, plan["size"])
+                if resampled is None and packed:  # and torch's kernels read a padded batch
+                    x = self._stack(x.images, Sizes(per_image=[tuple(t.shape[-2:]) for t in x.images]))
             if resampled is None:
                 (ri, rw), (ci, cw) = plan["rows"], plan["cols"]
                 # This part's (padded) size: taps past it have zero weight.

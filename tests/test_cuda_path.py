@@ -13,6 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import gpuaug as ga
 import gpuaug.pipeline as pipeline_module
+from gpuaug import gpu_kernels
 
 fake_tensor = pytest.importorskip("torch._subclasses.fake_tensor")
 
@@ -68,11 +69,16 @@ class _TritonStub:
         assert ops.shape[0] == x.shape[0]
         return out
 
+    pack_images = staticmethod(gpu_kernels.pack_images)  # plain torch: traced for blocking copies too
+
     @staticmethod
     def resample_axes(x, axes, size, taps, dtype, scale=1.0, antialias=True):
-        assert x.device.type == axes.device.type == "cuda" and axes.shape == (x.shape[0], 2, 6)
+        src = x.flat if isinstance(x, gpu_kernels.Packed) else x
+        assert src.device.type == axes.device.type == "cuda" and axes.shape == (x.shape[0], 2, 6)
         assert axes.dtype == torch.float32 and all(isinstance(v, int) for v in (*size, *taps))
-        return torch.empty(x.shape[0], x.shape[1], *size, dtype=dtype, device=x.device)
+        if isinstance(x, gpu_kernels.Packed):
+            assert x.table.device.type == "cuda" and x.table.shape == (x.shape[0], 5)
+        return torch.empty(x.shape[0], x.shape[1], *size, dtype=dtype, device=src.device)
 
     @staticmethod
     def warp_affine(x, matrix, fill=None):

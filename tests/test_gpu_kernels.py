@@ -192,6 +192,23 @@ def test_resampling_without_antialias_any_layout_and_shapes(kernel):
         kernel.resample_axes(x, axes[:, :, :5], size, taps, torch.float32)
 
 
+def test_resampling_reads_a_packed_ragged_list_as_its_padded_batch(kernel, nan_empty):
+    g = torch.Generator().manual_seed(12)
+    images = [torch.randint(0, 256, (3, 50, 61), generator=g, dtype=torch.uint8),
+              torch.randint(0, 256, (61, 44, 3), generator=g, dtype=torch.uint8).permute(2, 0, 1),  # as decoded
+              torch.randint(0, 256, (3, 70, 90), generator=g, dtype=torch.uint8)[:, 5:45, 10:70],  # a crop view
+              torch.randint(0, 256, (3, 33, 40), generator=g, dtype=torch.uint8)]
+    packed = kernel.pack_images(images)
+    assert packed.shape == (4, 3, 61, 61) and packed.flat.numel() == sum(t.numel() for t in images)
+    padded = torch.zeros(4, 3, 61, 61, dtype=torch.uint8)
+    for i, t in enumerate(images):
+        padded[i, :, :t.shape[1], :t.shape[2]] = t
+    axes = _axes(4, 33, 20, seed=13)  # crops inside the smallest image
+    out = kernel.resample_axes(packed, axes, (20, 20), (6, 6), torch.float32, 1 / 255)
+    assert torch.equal(out, kernel.resample_axes(padded, axes, (20, 20), (6, 6), torch.float32, 1 / 255))
+    assert (out - _reference(padded.float() / 255, axes, (20, 20), (6, 6))).abs().max() < 1e-5
+
+
 def _matrices(n: int, h: int, w: int) -> torch.Tensor:
     """Rotations of all sizes, with flips and shifts that push part of the output off the image."""
     g = torch.Generator().manual_seed(5)
@@ -253,21 +270,32 @@ def test_kernels_compile_for_the_gpus_we_target(arch):
                 (gpu_kernels._contrast_sum_kernel,
                  {"src": f"*{dtype}", **program, "pixels": "i32", "tiles": "i32", "step": "i32"},
                  {"STEPS": 5, "CHANNELS": channels, "TILES": 64}),
+                # Triton passes int arguments equal to 1 as constexprs (a contiguous row's stride).
                 (gpu_kernels._resample_kernel,
-                 {"src": "*u8" if dtype == "fp16" else f"*{dtype}", "out": f"*{dtype}", "axes": "*fp32",
+                 {"src": "*u8" if dtype == "fp16" else f"*{dtype}", "out": f"*{dtype}", "axes": "*fp32", "table": "*i64",
+                  "P": "i32", "Q": "i32", "limit": "i32", "stride_n": "i32", "stride_c": "i32", "stride_p": "i32",
+                  "scale": "fp32"},
+                 {"CHANNELS": channels, "TAPS": 5, "AXIS": channels % 2, "RAGGED": False, "ANTIALIAS": dtype != "bf16",
+                  "stride_q": 1}),
+                (gpu_kernels._resample_kernel,
+                 {"src": "*u8" if dtype == "fp16" else f"*{dtype}", "out": f"*{dtype}", "axes": "*fp32", "table": "*i64",
                   "P": "i32", "Q": "i32", "limit": "i32", "stride_n": "i32", "stride_c": "i32", "stride_p": "i32",
                   "stride_q": "i32", "scale": "fp32"},
-                 {"CHANNELS": channels, "TAPS": 5, "AXIS": channels % 2, "ANTIALIAS": dtype != "bf16"}),
+                 {"CHANNELS": channels, "TAPS": 5, "AXIS": 0, "RAGGED": True, "ANTIALIAS": True}),
                 (gpu_kernels._warp_kernel,
                  {**images, "matrix": "*fp32", "fill": "*fp32", "H": "i32", "W": "i32", "stride_n": "i32",
                   "stride_c": "i32", "stride_h": "i32", "stride_w": "i32"},
                  {"CHANNELS": channels, "FILL": True}),
             ]
             for fn, signature, constants in kernels:
-                constants = {**constants, "BLOCK": gpu_kernels.BLOCK}
-                signature = {**signature, **{name: "constexpr" for name in constants}}
-                compiled = triton.compile(ASTSource(fn, signature, constexprs=constants), target=target)
-                assert len(compiled.asm["cubin"]) > 0
+                # As given, then with every int argument 1: Triton passes such a value as a
+                # constexpr (a plain int in the kernel), which some tensor methods refuse.
+                ones = {name: 1 for name, kind in signature.items() if kind == "i32"}
+                for extra in ({}, ones) if channels == 3 else ({},):
+                    consts = {**constants, **extra, "BLOCK": gpu_kernels.BLOCK}
+                    sig = {**signature, **{name: "constexpr" for name in consts}}
+                    compiled = triton.compile(ASTSource(fn, sig, constexprs=consts), target=target)
+                    assert len(compiled.asm["cubin"]) > 0
 
 
 def test_guarded_lets_bad_arguments_and_out_of_memory_through(kernel):
