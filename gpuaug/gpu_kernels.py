@@ -18,14 +18,14 @@ float32 copy of the images and a float32 sampling grid in memory.
 * :func:`resample_axes` is :func:`gpuaug.functional.geometry.axis_taps` and ``resample_separable``
   in two launches (rows, then columns), the filter taps computed where they are used, reading
   uint8 images as they are: no float copy of the full-size batch, no transposed copy, no taps in
-  memory.
+  memory. A ragged list is read in place too, once :func:`pack_images` has concatenated it.
 * :func:`warp_affine` is :func:`gpuaug.functional.geometry.warp_affine` in one launch: each output
   pixel computes its source coordinates from its sample's matrix, reads its four taps (in any
   memory layout) and applies the fill rule, in float32, and is written in the images' dtype.
 
-No host sync in either. Triton comes with torch's CUDA wheels on Linux. Where it is missing (or
+No host sync in any. Triton comes with torch's CUDA wheels on Linux. Where it is missing (or
 ``GPUAUG_TRITON=0``) :func:`usable` is False and the pipeline runs its torch kernels, which give
-the same results; :func:`guarded` falls back to them, with one warning, if the first launch fails.
+the same results; :func:`guarded` falls back to them, with one warning, if a launch fails.
 Tests run these kernels on the CPU through Triton's interpreter (``TRITON_INTERPRET=1``) and
 compile them to cubins for sm_80 and sm_90.
 """
