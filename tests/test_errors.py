@@ -140,3 +140,15 @@ def test_select_device(monkeypatch):
         monkeypatch.setenv("LOCAL_RANK", "x")
         with pytest.raises(ValueError, match="LOCAL_RANK"):
             ga.select_device()
+
+
+def test_normalize_follows_a_loaded_or_edited_std():
+    norm = ga.Normalize((0.5, 0.5, 0.5), (0.25, 0.25, 0.25))
+    x = torch.full((1, 3, 2, 2), 0.75)
+    pipe = ga.Pipeline(norm, device="cpu")
+    assert torch.allclose(pipe(x), torch.ones(1, 3, 2, 2))
+    norm.load_state_dict({"mean": torch.tensor([0.5, 0.5, 0.5]), "std": torch.tensor([0.5, 0.5, 0.5])})
+    assert torch.allclose(pipe(x), torch.full((1, 3, 2, 2), 0.5))
+    with torch.no_grad():
+        norm.std[0] = 0.125
+    assert torch.allclose(pipe(x)[0, 0], torch.full((2, 2), 2.0))

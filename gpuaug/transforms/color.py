@@ -226,7 +226,7 @@ class Normalize(ColorOp):
             raise ValueError(f"std should be positive, got {std_t.tolist()}, leading to division by zero.")
         self.register_buffer("mean", mean_t)
         self.register_buffer("std", std_t)
-        self.register_buffer("inv_std", (1.0 / std_t.double()).float(), persistent=False)
+        self._inv_std: tuple | None = None
 
     def extra_repr(self) -> str:
         return f"mean={[round(v, 4) for v in self.mean.tolist()]}, std={[round(v, 4) for v in self.std.tolist()]}"
@@ -238,3 +238,13 @@ class Normalize(ColorOp):
     def apply(self, x: Tensor, params: Params) -> Tensor:
         self.check_channels(x.shape[1])
         return normalize(x, self.mean, inv_std=self.inv_std)
+
+    @property
+    def inv_std(self) -> Tensor:
+        """``1 / std`` (float64 division, float32 result) on ``std``'s device, computed once and
+        again only when ``std`` changes (moved, loaded from a state dict, edited in place)."""
+        std = self.std
+        cached = self._inv_std
+        if cached is None or cached[0] is not std or cached[1] != std._version:
+            cached = self._inv_std = (std, std._version, (1.0 / std.double()).float())
+        return cached[2]
