@@ -40,6 +40,7 @@ import torch
 from torch import Tensor
 
 from .native import OP_BRIGHTNESS, OP_CONTRAST, OP_HUE, OP_SATURATION
+from .transforms._base import to_device
 
 try:
     import triton
@@ -286,6 +287,11 @@ if triton is not None:
         tl.store(out + plane_id.to(tl.int64) * P * Q + offs, value.to(out.dtype.element_ty), mask=mask)
 
 
+def _require_triton() -> None:
+    if triton is None:
+        raise RuntimeError("gpuaug.gpu_kernels needs triton (it ships with torch's Linux CUDA wheels)")
+
+
 def color_program(x: Tensor, out: Tensor, ops: Tensor, factors: Tensor, mean: Tensor | None = None,
                   inv_std: Tensor | None = None) -> Tensor:
     """Run each sample's color program on ``x`` into ``out``.
@@ -300,8 +306,7 @@ def color_program(x: Tensor, out: Tensor, ops: Tensor, factors: Tensor, mean: Te
     Returns:
         ``out``. Raises ``ValueError``/``TypeError`` on arguments the kernel does not take.
     """
-    if triton is None:
-        raise RuntimeError("gpuaug.gpu_kernels needs triton (it ships with torch's Linux CUDA wheels)")
+    _require_triton()
     if x.dim() != 4 or x.shape[1] not in (1, 3):
         raise ValueError(f"expected images (B, C, H, W) with C in {{1, 3}}, got shape {tuple(x.shape)}")
     if not x.is_floating_point() or not out.is_floating_point():
@@ -337,8 +342,7 @@ def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor | None = None) -> Tensor
     float images (any strides) by ``(B, 3, 3)`` output->input matrices in normalized coordinates,
     uncovered area -> ``fill`` (``(C,)`` or None for 0) by torchvision's rule. Coordinates and
     sampling in float32; returns a contiguous tensor of ``x``'s shape and dtype."""
-    if triton is None:
-        raise RuntimeError("gpuaug.gpu_kernels needs triton (it ships with torch's Linux CUDA wheels)")
+    _require_triton()
     if x.dim() != 4 or x.shape[1] not in (1, 3) or not x.is_floating_point():
         raise ValueError(f"expected float images (B, C, H, W) with C in {{1, 3}}, got {x.dtype} {tuple(x.shape)}")
     B, C, H, W = x.shape
@@ -378,7 +382,7 @@ def pack_images(images: list[Tensor]) -> Packed:
         rows.append([offset, t.stride(0), t.stride(1), t.stride(2), t.shape[1]])
         offset += t.numel()
     flat = torch.cat(views)
-    table = torch.tensor(rows, dtype=torch.int64).to(flat.device, non_blocking=True)
+    table = to_device(rows, flat.device, torch.int64)
     shape = (len(images), images[0].shape[0], max(t.shape[1] for t in images), max(t.shape[2] for t in images))
     return Packed(flat, table, shape, list(images))
 
@@ -399,8 +403,7 @@ def resample_axes(x: Tensor | Packed, axes: Tensor, size: tuple[int, int], taps:
         scale: a factor on the result (``1 / 255`` turns uint8 into [0, 1]).
         antialias: the filter widens with the downscale factor (torchvision's ``antialias=True``).
     """
-    if triton is None:
-        raise RuntimeError("gpuaug.gpu_kernels needs triton (it ships with torch's Linux CUDA wheels)")
+    _require_triton()
     ragged = isinstance(x, Packed)
     src = x.flat if ragged else x
     B, C, H, W = x.shape if ragged else tuple(x.shape) if x.dim() == 4 else (0, 0, 0, 0)

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 from . import cpu, native
 from .device import select_device
 from .functional.geometry import axis_taps, crop_boxes, resample_separable, resized_crops, tap_count, warp_affine
-from .transforms._base import Draw, Op, Params, Sizes
+from .transforms._base import Draw, Op, Params, Sizes, to_device
 from .transforms.color import ColorOp, Normalize, color_programs
 from .transforms.geometry import AxisMap, GeometricOp, RandomRotation
 
@@ -240,8 +240,7 @@ class Pipeline(nn.Module):
             if len(fill) not in (1, channels):
                 raise ValueError(f"RandomRotation fill has {len(fill)} values, images have {channels} channels")
             if any(fill):
-                fill_t = torch.tensor(fill * channels if len(fill) == 1 else fill, dtype=torch.float32)
-                plan["fill"] = fill_t.to(self.device, non_blocking=True)
+                plan["fill"] = to_device(fill * channels if len(fill) == 1 else fill, self.device)
         return plan
 
     def _geometry(self, x: Tensor | list[Tensor], plan: dict, part: slice | Tensor) -> Tensor:

@@ -12,6 +12,12 @@ from torch import Tensor, nn
 Params = dict[str, Tensor]
 
 
+def to_device(values, device, dtype: torch.dtype = torch.float32) -> Tensor:
+    """Host values (numbers, nested lists) as a tensor on ``device`` by one non-blocking copy: a
+    blocking host-to-device copy would be a stream sync on CUDA."""
+    return torch.tensor(values, dtype=dtype).to(device, non_blocking=True)
+
+
 class Sizes:
     """Host-side ``(height, width)`` of each image at some point of the pipeline.
 
@@ -47,8 +53,8 @@ class Sizes:
         """``(n, 2)`` float32 ``[height, width]`` rows on ``device``: one non-blocking copy (an
         expanded view of one row where the sizes are uniform)."""
         if self.per_image is None:
-            return torch.tensor(self.uniform, dtype=torch.float32).to(device, non_blocking=True).expand(n, 2)
-        return torch.tensor(self.per_image, dtype=torch.float32).to(device, non_blocking=True)
+            return to_device(self.uniform, device).expand(n, 2)
+        return to_device(self.per_image, device)
 
 
 @dataclass

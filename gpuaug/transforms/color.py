@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from ..functional.color import adjust_hue, gray_mean, gray_rows, mix_channels, normalize, scaled_identity
+from ..functional.color import adjust_hue, gray_rows, mix_channels, normalize, scaled_identity
 from ..cpu import own_path
 from ..native import OP_BRIGHTNESS, OP_CONTRAST, OP_HUE, OP_NONE, OP_SATURATION
 from ._base import Draw, Op, Params, check_probability, setup_range

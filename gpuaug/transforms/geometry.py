@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from ..functional.geometry import flip_matrix, rotation_matrix
-from ._base import Draw, Op, Params, Sizes, check_probability, setup_size
+from ._base import Draw, Op, Params, Sizes, check_probability, setup_size, to_device
 
 
 class AxisMap:
@@ -62,7 +62,7 @@ def _pair(values: tuple[int, int], device) -> Tensor | float:
     """``(2,)`` float32 ``[y, x]`` on ``device`` (non-blocking copy), or a float where both are equal."""
     if values[0] == values[1]:
         return float(values[0])
-    return torch.tensor(values, dtype=torch.float32).to(device, non_blocking=True)
+    return to_device(values, device)
 
 
 class GeometricOp(Op):
@@ -134,7 +134,7 @@ class RandomResizedCrop(GeometricOp):
         return dict(zip(("top", "left", "height", "width"),
                         torch.where(fits.any(1, keepdim=True), chosen, self._fallback(draw)).unbind(1)))
 
-    def _fallback(self, draw: Draw) -> Tensor | float:
+    def _fallback(self, draw: Draw) -> Tensor:
         """torchvision's fallback, where no try fits: the whole image cut to the nearest allowed
         aspect ratio, centered -> ``(n, 4)`` or ``(4,)`` ``[top, left, height, width]``. Sizes
         are host-side, so it is computed on the host and copied once."""
@@ -146,7 +146,7 @@ class RandomResizedCrop(GeometricOp):
             return [(h - ch) // 2, (w - cw) // 2, ch, cw]
 
         rows = [crop(draw.sizes.uniform)] if draw.sizes.per_image is None else [crop(hw) for hw in draw.sizes.per_image]
-        return torch.tensor(rows, dtype=torch.float32).to(draw.device, non_blocking=True).squeeze(0)
+        return to_device(rows, draw.device).squeeze(0)
 
     def map_axes(self, axes: AxisMap, params: Params, sizes: Sizes) -> None:
         length = torch.stack([params["height"], params["width"]], 1)
@@ -219,7 +219,7 @@ class CenterCrop(GeometricOp):
 
         n, device = axes.scale.shape[0], axes.scale.device
         starts = [[start(h, self.size[0]), start(w, self.size[1])] for h, w in (sizes.per_image or [sizes.uniform])]
-        axes.crop(torch.tensor(starts, dtype=torch.float32).to(device, non_blocking=True).expand(n, 2),
+        axes.crop(to_device(starts, device).expand(n, 2),
                   _pair(self.size, device))
 
 
