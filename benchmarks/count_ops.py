@@ -3,12 +3,14 @@
 No GPU needed: with ``gpuaug.cpu.OWN_PATH = False`` the pipeline runs on the CPU exactly as on
 CUDA, and every non-view aten op it dispatches would be one kernel launch there. Prints the count
 per stage (draw, plan, geometry, each color op, finish) for the README pipeline (`gpuaug bench`'s
-ops, with an 8x8 output) and the time of a call on ``--batch`` 16x20 images: almost all of it is dispatch, the
+ops, with an 8x8 output) and the time of a call on ``--batch`` ~16x20 images: almost all of it is dispatch, the
 host's per-batch cost that a GPU cannot hide when it launches kernels faster than they run.
 
-Two rows: the warp and color ops by torch kernels (CUDA without Triton, or ``GPUAUG_TRITON=0``)
+Rows: the warp and color ops by torch kernels (CUDA without Triton, or ``GPUAUG_TRITON=0``)
 and by the Triton kernels (gpuaug.gpu_kernels; their launches are counted, not run: on the CPU the
-pipeline gets a stand-in that only counts them, so that row's time leaves out that work).
+pipeline gets a stand-in that only counts them, so that row's time leaves out that work), on a
+batch of one size; then images of different sizes as a list and as the one buffer
+``gpuaug.data.collate`` makes (``ga.PackedImages``).
 """
 
 import argparse
@@ -19,7 +21,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import gpuaug as ga
-from gpuaug import cpu
+from gpuaug import cpu, gpu_kernels
 import gpuaug.pipeline as pipeline_module
 from gpuaug.pipeline import Pipeline
 
@@ -29,6 +31,8 @@ _stage = ["other"]
 class _CountLaunches:
     """Stands in for gpuaug.gpu_kernels: counts the Triton launches (the resampling: two; the warp:
     one; the color program: one per step, for contrast means, plus one), runs none."""
+
+    pack_images = staticmethod(gpu_kernels.pack_images)  # plain torch: counted as ops
 
     def __init__(self):
         self.launches = 0
@@ -90,7 +94,7 @@ def _measure(pipe, x, calls: int, show_ops: bool, label: str) -> None:
         launches = kernel.launches // (calls + 2)
         extra = f" | Triton launches {launches}"
     print(f"{label}: {counts}{extra} | total {sum(counter.counts.values()) + launches}")
-    print(f"  call on {x.shape[0]} 16x20 images (~dispatch): fastest {best * 1e3:.2f} ms, mean {total / calls * 1e3:.2f} ms")
+    print(f"  call on {len(x)} ~16x20 images (~dispatch): fastest {best * 1e3:.2f} ms, mean {total / calls * 1e3:.2f} ms")
     if show_ops:
         for stage in order:
             ops = sorted(((n, c) for (s, n), c in counter.names.items() if s == stage), key=lambda t: -t[1])
@@ -109,8 +113,11 @@ def main(argv=None) -> None:
     for name in ("_draw", "_plan", "_geometry", "_finish"):
         setattr(Pipeline, name, _labelled(getattr(Pipeline, name), name.strip("_")))
     x = torch.randint(0, 256, (args.batch, 3, 16, 20), dtype=torch.uint8)
+    ragged = [torch.randint(0, 256, (3, 16 + i % 5, 20 + i % 3), dtype=torch.uint8) for i in range(args.batch)]
     print(f"count_ops: README pipeline (8x8 output), CUDA code path on the CPU, {time.strftime('%Y-%m-%d')}")
-    for label, kernel in (("torch kernels", None), ("Triton kernels", _CountLaunches())):
+    for label, kernel, x in (("torch kernels", None, x), ("Triton kernels", _CountLaunches(), x),
+                             ("Triton kernels, ragged list", _CountLaunches(), ragged),
+                             ("Triton kernels, ragged PackedImages", _CountLaunches(), ga.PackedImages.pack(ragged))):
         pipeline_module._gpu_kernels = lambda device, kernel=kernel: kernel
         # The README pipeline with an 8x8 output, so the pixel work is negligible.
         pipe = ga.Pipeline(ga.RandomResizedCrop(8), ga.RandomHorizontalFlip(), ga.RandomRotation(15),

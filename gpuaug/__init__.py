@@ -8,6 +8,7 @@ from .cpu import keep_freed_memory
 from .device import select_device
 from . import data
 from .data import DecodeError, DeviceLoader
+from .packed import PackedImages
 from .pipeline import Pipeline
 from .samples import sample_images
 from .transforms import (
@@ -27,7 +28,7 @@ from .transforms import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "Pipeline", "DeviceLoader", "DecodeError", "data", "select_device", "sample_images", "keep_freed_memory",
+    "Pipeline", "PackedImages", "DeviceLoader", "DecodeError", "data", "select_device", "sample_images", "keep_freed_memory",
     "RandomResizedCrop", "Resize", "CenterCrop", "RandomRotation", "RandomHorizontalFlip", "RandomVerticalFlip",
     "RandomGrayscale", "ColorJitter", "Normalize", "IMAGENET_MEAN", "IMAGENET_STD",
 ]

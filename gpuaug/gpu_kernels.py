@@ -40,6 +40,7 @@ import torch
 from torch import Tensor
 
 from .native import OP_BRIGHTNESS, OP_CONTRAST, OP_HUE, OP_SATURATION
+from .packed import PackedImages
 from .transforms._base import to_device
 
 try:
@@ -365,26 +366,38 @@ class Packed(NamedTuple):
     flat: Tensor  # every image's elements, each in its own memory order
     table: Tensor  # (B, 5) int64: offset in flat, channel/row/column strides, height
     shape: tuple[int, int, int, int]  # (B, C, max height, max width)
-    images: list[Tensor]  # the images as given (a fallback to torch kernels pads them)
+    images: list[Tensor] | PackedImages  # the images on the device (a fallback to torch kernels pads them)
 
 
-def pack_images(images: list[Tensor]) -> Packed:
-    """Pack images of different sizes, on one device, for :func:`resample_axes`: one
-    concatenation (a single kernel for contiguous and channels-last images; others are made
-    contiguous first) and one non-blocking copy of the offsets table, instead of a padded batch
-    (a zero fill and a copy per image)."""
+def pack_images(images: list[Tensor] | PackedImages, device: torch.device) -> Packed:
+    """Pack images of different sizes on ``device`` for :func:`resample_axes`, with one
+    non-blocking copy of the offsets table, instead of a padded batch (a zero fill and a copy per
+    image). A :class:`PackedImages` is copied as one buffer; a list is copied image by image, then
+    concatenated (a single kernel for contiguous and channels-last images; others are made
+    contiguous first)."""
+    if isinstance(images, PackedImages):
+        images = images.to(device, non_blocking=True)
+        rows = [[o, h * w, w, 1, h] for o, (_, h, w) in zip(images.offsets, images.shapes)]
+        shape = (len(images), images.shapes[0][0], max(s[1] for s in images.shapes), max(s[2] for s in images.shapes))
+        return Packed(images.flat, to_device(rows, device, torch.int64), shape, images)
+    images = [t.to(device, non_blocking=True) for t in images]
     views, rows, offset = [], [], 0
     for t in images:
-        dense = t.permute(sorted(range(3), key=lambda d: -t.stride(d)))  # its memory order
-        if not dense.is_contiguous():
-            t = dense = t.contiguous()
-        views.append(dense.reshape(-1))
-        rows.append([offset, t.stride(0), t.stride(1), t.stride(2), t.shape[1]])
-        offset += t.numel()
+        c, h, w = t.shape
+        if t.is_contiguous():  # the common case, decoded by torchvision: no stride reads
+            views.append(t.view(-1))
+            rows.append([offset, h * w, w, 1, h])
+        else:
+            dense = t.permute(sorted(range(3), key=lambda d: -t.stride(d)))  # its memory order
+            if not dense.is_contiguous():
+                t = dense = t.contiguous()
+            views.append(dense.reshape(-1))
+            rows.append([offset, t.stride(0), t.stride(1), t.stride(2), h])
+        offset += c * h * w
     flat = torch.cat(views)
     table = to_device(rows, flat.device, torch.int64)
     shape = (len(images), images[0].shape[0], max(t.shape[1] for t in images), max(t.shape[2] for t in images))
-    return Packed(flat, table, shape, list(images))
+    return Packed(flat, table, shape, images)
 
 
 def resample_axes(x: Tensor | Packed, axes: Tensor, size: tuple[int, int], taps: tuple[int, int],

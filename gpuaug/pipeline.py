@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from . import cpu, native
 from .device import select_device
+from .packed import PackedImages
 from .functional.geometry import axis_taps, crop_boxes, resample_separable, resized_crops, tap_count, warp_affine
 from .transforms._base import Draw, Op, Params, Sizes, to_device
 from .transforms.color import ColorOp, Normalize, color_programs
@@ -43,7 +44,8 @@ class Pipeline(nn.Module):
 
     Shape:
         - input: uint8 or float ``(B, C, H, W)``, C in {1, 3}; a list of ``(C, H, W)`` tensors of
-          different sizes; or clips ``(B, T, C, H, W)`` (or a list of ``(T, C, H, W)``), one draw per
+          different sizes (or a :class:`gpuaug.PackedImages` of them, what
+          :func:`gpuaug.data.collate` gives: read in place on CUDA); or clips ``(B, T, C, H, W)`` (or a list of ``(T, C, H, W)``), one draw per
           clip shared by its frames.
         - output: ``(B, C, h, w)`` (``(B, T, C, h, w)`` for clips) in ``dtype``: normalized if the
           pipeline ends with ``Normalize``, else in [0, 1].
@@ -127,7 +129,7 @@ class Pipeline(nn.Module):
             params = self._check_params(params, n)
         frame_params = [{k: v.repeat_interleave(frames, 0) for k, v in p.items()} if frames > 1 else p for p in params]
         by_op = {id(op): p for op, p in zip(self.ops, frame_params)}
-        first = items[0] if isinstance(items, list) else items
+        first = items if isinstance(items, Tensor) else items[0]
         channels = first.shape[-3]
         own = cpu.own_path(self.device)
         kernels = None if own else _gpu_kernels(self.device)
@@ -145,13 +147,15 @@ class Pipeline(nn.Module):
         fused = cpu.fused_color_program(program, channels) if on_cpu_kernel else None
         parts = cpu.chunks(self._color_ops, by_op, len(items), frames, grouped=fused is None) if own else [
             slice(0, len(items))]
+        # CUDA kernels: a ragged batch is packed into one buffer (if not already) and read unpadded.
+        packs = sizes.per_image is not None and plan["axes"] is not None
+        if isinstance(items, PackedImages) and not packs:
+            items = list(items.to(self.device, non_blocking=True))  # one copy, then views
         out = None
         for part in parts:
-            chunk = _take(items, part)
-            if isinstance(chunk, list) and sizes.per_image is not None and plan["axes"] is not None:
-                # CUDA kernels: a ragged list is packed into one buffer and read unpadded.
-                chunk = plan["kernels"].pack_images([t.to(self.device, non_blocking=True) for t in chunk])
-            elif not (isinstance(chunk, list) and own and cpu.reads_in_place(chunk, plan)):
+            if packs:  # one part: the whole batch
+                chunk = plan["kernels"].pack_images(items, self.device)
+            elif not (isinstance(chunk := _take(items, part), list) and own and cpu.reads_in_place(chunk, plan)):
                 chunk = self._stack(chunk, sizes[part])
             x = self._geometry(chunk, plan, part)
             if fused is not None:
@@ -325,7 +329,19 @@ class Pipeline(nn.Module):
 
     def _inspect(self, images) -> tuple[list[Tensor] | Tensor, Sizes, int, bool]:
         """Validate the input without touching its data: -> the images as a list of ``(C, H, W)``
-        or an ``(N, C, H, W)`` tensor (clips flattened), their sizes, frames per clip, is-clip."""
+        or an ``(N, C, H, W)`` tensor (clips flattened) or a :class:`PackedImages`, their sizes,
+        frames per clip, is-clip."""
+        if isinstance(images, PackedImages):
+            if len(images) == 0:
+                raise ValueError("expected a non-empty batch of images, got an empty PackedImages")
+            _check_image_tensor(images[0][None], "images")
+            shapes = set(images.shapes)
+            if len({c for c, _, _ in shapes}) != 1 or any(h == 0 or w == 0 for _, h, w in shapes):
+                raise ValueError(f"expected images of one channel count and non-zero height and width, got "
+                                 f"shapes {sorted(shapes)}")
+            if len(shapes) == 1:  # one size: already a batch
+                return images.flat.view(len(images), *images.shapes[0]), Sizes(uniform=images.shapes[0][1:]), 1, False
+            return images, Sizes(per_image=[s[1:] for s in images.shapes]), 1, False
         if isinstance(images, (list, tuple)):
             if len(images) == 0:
                 raise ValueError("expected a non-empty batch of images, got an empty list")
@@ -340,11 +356,15 @@ class Pipeline(nn.Module):
                     raise TypeError(f"expected a list of (C, H, W) tensors, item {i} is {type(t).__name__}")
                 if t.dim() != 3:
                     raise ValueError(f"expected a list of (C, H, W) tensors, item {i} has shape {tuple(t.shape)}")
-                if t.dtype != images[0].dtype or t.shape[0] != images[0].shape[0]:
+                if i == 0:
+                    _check_image_tensor(t[None], "images")
+                elif t.dtype != images[0].dtype or t.shape[0] != images[0].shape[0]:
                     raise ValueError(
                         f"all images in a list need one dtype and channel count: item 0 is {images[0].dtype} "
                         f"{tuple(images[0].shape)}, item {i} is {t.dtype} {tuple(t.shape)}")
-                _check_image_tensor(t[None], "images")
+                elif 0 in t.shape:
+                    raise ValueError(f"expected images with non-zero height and width, item {i} has shape "
+                                     f"{tuple(t.shape)}")
             return list(images), Sizes(per_image=[tuple(t.shape[-2:]) for t in images]), 1, False
         if not isinstance(images, Tensor):
             raise TypeError(f"expected a uint8/float tensor or a list of tensors, got {type(images).__name__}")
@@ -416,7 +436,7 @@ def _take(items: list | Tensor, part: slice | Tensor) -> list | Tensor:
     advanced indexing, which is several times slower on the CPU."""
     if isinstance(part, slice):
         return items[part]
-    if isinstance(items, list):
+    if not isinstance(items, Tensor):
         return [items[i] for i in part.tolist()]
     return items.index_select(0, part.to(items.device))
 

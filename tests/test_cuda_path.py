@@ -118,15 +118,15 @@ def test_fake_mode_catches_what_it_should():
             bool(x.sum() > 0)
 
 
-@pytest.mark.parametrize("layout", ["batch", "ragged list", "clips", "float batch"])
+@pytest.mark.parametrize("layout", ["batch", "ragged list", "packed", "packed on the host", "clips", "float batch"])
 def test_cuda_path_has_no_host_sync(photos, fake_cuda, layout):
     batch = torch.stack([p[:, :200, :240] for p in photos])
     images = {"batch": batch, "ragged list": photos, "clips": batch.view(2, 2, 3, 200, 240),
-              "float batch": batch.float() / 255}[layout]
+              "float batch": batch.float() / 255}.get(layout, ga.PackedImages.pack(photos))
     steps = ops()
     with fake_cuda():
         pipe = ga.Pipeline(*steps, device="cuda", seed=0)
-        if layout != "float batch":  # a CPU batch is moved by the pipeline, with non-blocking copies
+        if layout not in ("float batch", "packed on the host"):  # a CPU batch is moved by the pipeline, non-blocking
             images = [t.to("cuda") for t in images] if isinstance(images, list) else images.to("cuda")
         with _BlockingCopies() as copies:
             out, params = pipe(images, return_params=True)

@@ -126,7 +126,9 @@ def test_collate_stacks_equal_sizes_and_lists_ragged(photos):
     same = collate([(photos[0], 1), (photos[0], 2)])
     assert isinstance(same, Batch) and same.images.shape == (2, 3, 512, 512) and same.labels.tolist() == [1, 2]
     ragged = collate([(photos[0], 1), (BadFile("x.jpg", "broken"), 5), (photos[1], 2)])
-    assert isinstance(ragged.images, list) and [tuple(i.shape) for i in ragged.images] == [(3, 512, 512), (3, 400, 600)]
+    assert isinstance(ragged.images, ga.PackedImages) and ragged.images.flat.dim() == 1
+    assert [tuple(i.shape) for i in ragged.images] == [(3, 512, 512), (3, 400, 600)]
+    assert all(torch.equal(a, b) for a, b in zip(ragged.images, photos[:2]))
     assert ragged.labels.tolist() == [1, 2] and ragged.bad == [BadFile("x.jpg", "broken")]
 
 
@@ -144,6 +146,20 @@ def test_dataloader_with_two_workers(folder, method):
     assert all(x.shape[1:] == (3, 48, 48) and x.dtype == torch.float32 for x, _ in out)
     assert loader.stats.batches == len(loader) and loader.stats.images == len(ds)
     assert loader.stats.images_per_s > 0 and loader.stats.wait_per_batch_ms >= 0
+
+
+def test_ragged_batches_cross_from_workers_as_one_buffer(folder):
+    ds = ImageFolder(folder)
+    sizes = {tuple(ds[i][0].shape) for i in range(len(ds))}
+    assert len(sizes) > 1, "the test folder should hold images of several sizes"
+    dl = DataLoader(ds, batch_size=len(ds), num_workers=1, collate_fn=collate)
+    (images, labels, bad), = list(dl)
+    assert isinstance(images, ga.PackedImages) and len(images) == len(ds) and bad == []
+    for i, img in enumerate(images):
+        assert torch.equal(img, ds[i][0]) and img.untyped_storage().data_ptr() == images.flat.untyped_storage().data_ptr()
+    assert labels.tolist() == [ds[i][1] for i in range(len(ds))]
+    out = list(ga.DeviceLoader(dl, device="cpu"))[0][0]
+    assert isinstance(out, ga.PackedImages) and all(torch.equal(a, b) for a, b in zip(out, images))
 
 
 def test_gpu_decode_falls_back_to_cpu_without_cuda(folder):
@@ -197,7 +213,7 @@ def test_device_loader_on_cuda_overlaps_and_matches_cpu(folder):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_device_loader_on_cuda_without_pipeline_keeps_ragged_lists(folder):
+def test_device_loader_on_cuda_without_pipeline_keeps_ragged_batches_packed(folder):
     out = list(ga.DeviceLoader(DataLoader(ImageFolder(folder), batch_size=4, collate_fn=collate), device="cuda"))
-    assert any(isinstance(x, list) for x, _ in out)
-    assert all(t.device.type == "cuda" for x, _ in out for t in (x if isinstance(x, list) else [x]))
+    assert any(isinstance(x, ga.PackedImages) for x, _ in out)
+    assert all(t.device.type == "cuda" for x, _ in out for t in (x if isinstance(x, ga.PackedImages) else [x]))

@@ -26,13 +26,36 @@ def pipe(*ops):
         ([torch.zeros(2, 3, 8, 8, dtype=torch.uint8), torch.zeros(3, 3, 8, 8, dtype=torch.uint8)], ValueError,
          "one (non-zero) frame count"),
         ([torch.zeros(3, 8, 8, dtype=torch.uint8), torch.zeros(3, 8, 9)], ValueError, "one dtype"),
+        ([torch.zeros(3, 8, 8, dtype=torch.uint8), torch.zeros(3, 8, 0, dtype=torch.uint8)], ValueError, "non-zero height"),
+        ([torch.zeros(3, 0, 8, dtype=torch.uint8)], ValueError, "non-zero height"),
+        ([torch.zeros(5, 8, 8, dtype=torch.uint8)], ValueError, "1 or 3 channels"),
         ("images.jpg", TypeError, "got str"),
+        (ga.PackedImages(torch.zeros(0, dtype=torch.uint8), []), ValueError, "non-empty"),
+        (ga.PackedImages.pack([torch.zeros(3, 8, 8, dtype=torch.int32)] * 2), TypeError, "uint8 or float"),
+        (ga.PackedImages.pack([torch.zeros(4, 8, 8, dtype=torch.uint8)] * 2), ValueError, "1 or 3 channels"),
+        (ga.PackedImages.pack([torch.zeros(3, 8, 8, dtype=torch.uint8), torch.zeros(1, 8, 9, dtype=torch.uint8)]),
+         ValueError, "one channel count"),
+        (ga.PackedImages.pack([torch.zeros(3, 8, 8, dtype=torch.uint8), torch.zeros(3, 0, 9, dtype=torch.uint8)]),
+         ValueError, "non-zero height"),
     ],
 )
 def test_bad_images(images, error, words):
     with pytest.raises(error, match=None) as info:
         pipe()(images)
     assert words in str(info.value)
+
+
+def test_bad_packed_images():
+    x = torch.zeros(3, 4, 5, dtype=torch.uint8)
+    for make, words in [(lambda: ga.PackedImages(torch.zeros(2, 60), [(3, 4, 5)]), "1-D tensor for flat"),
+                        (lambda: ga.PackedImages(torch.zeros(59), [(3, 4, 5)]), "hold 60 elements, flat has 59"),
+                        (lambda: ga.PackedImages(torch.zeros(60), [(3, 20)]), "one (C, H, W) per image"),
+                        (lambda: ga.PackedImages.pack([]), "at least one image"),
+                        (lambda: ga.PackedImages.pack([x, x[0]]), "item 1 is (4, 5)"),
+                        (lambda: ga.PackedImages.pack([x, x.float()]), "one dtype and device")]:
+        with pytest.raises(ValueError) as info:
+            make()
+        assert words in str(info.value)
 
 
 def test_ragged_list_without_fixed_output_size():

@@ -198,15 +198,19 @@ def test_resampling_reads_a_packed_ragged_list_as_its_padded_batch(kernel, nan_e
               torch.randint(0, 256, (61, 44, 3), generator=g, dtype=torch.uint8).permute(2, 0, 1),  # as decoded
               torch.randint(0, 256, (3, 70, 90), generator=g, dtype=torch.uint8)[:, 5:45, 10:70],  # a crop view
               torch.randint(0, 256, (3, 33, 40), generator=g, dtype=torch.uint8)]
-    packed = kernel.pack_images(images)
-    assert packed.shape == (4, 3, 61, 61) and packed.flat.numel() == sum(t.numel() for t in images)
     padded = torch.zeros(4, 3, 61, 61, dtype=torch.uint8)
     for i, t in enumerate(images):
         padded[i, :, :t.shape[1], :t.shape[2]] = t
-    axes = _axes(4, 33, 20, seed=13)  # crops inside the smallest image
-    out = kernel.resample_axes(packed, axes, (20, 20), (6, 6), torch.float32, 1 / 255)
-    assert torch.equal(out, kernel.resample_axes(padded, axes, (20, 20), (6, 6), torch.float32, 1 / 255))
-    assert (out - _reference(padded.float() / 255, axes, (20, 20), (6, 6))).abs().max() < 1e-5
+    crops = _axes(4, 33, 20, seed=13)  # crops inside the smallest image
+    whole = torch.tensor([[[s / 20, 0, 0, s, 0, 20] for s in t.shape[1:]] for t in images])  # to every edge
+    for axes, taps in ((crops, (6, 6)), (whole, (8, 8))):
+        expected = kernel.resample_axes(padded, axes, (20, 20), taps, torch.float32, 1 / 255)
+        assert (expected - _reference(padded.float() / 255, axes, (20, 20), taps)).abs().max() < 1e-5
+        # A list as given, and the one buffer gpuaug.data.collate makes (ga.PackedImages).
+        for given in (images, ga.PackedImages.pack(images)):
+            packed = kernel.pack_images(given, torch.device("cpu"))
+            assert packed.shape == (4, 3, 61, 61) and packed.flat.numel() == sum(t.numel() for t in images)
+            assert torch.equal(kernel.resample_axes(packed, axes, (20, 20), taps, torch.float32, 1 / 255), expected)
 
 
 def _matrices(n: int, h: int, w: int) -> torch.Tensor:

@@ -341,6 +341,18 @@ def test_full_pipeline_per_sample_against_torchvision_chain(photos, kernel_path)
         assert err[disc].max() <= COLOR_TOL / min(ga.IMAGENET_STD)
 
 
+def test_packed_images_give_what_their_list_gives(photos, kernel_path):
+    """The one-buffer batch gpuaug.data.collate makes (ga.PackedImages) against the list it packs,
+    which the test above checks against torchvision sample by sample; one size: a plain batch."""
+    def ops():
+        return [ga.RandomResizedCrop(64), ga.RandomHorizontalFlip(), ga.RandomRotation(15),
+                ga.ColorJitter(0.4, 0.4, 0.4, 0.1), ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD)]
+    for batch in (photos * 2, [photos[1]] * 3):
+        want, params = run(ops(), batch, seed=5)
+        got = ga.Pipeline(*ops(), device="cpu")(ga.PackedImages.pack(batch), params=params)
+        assert torch.equal(got, want)
+
+
 def test_crop_boxes_find_plain_crops_only(photos, monkeypatch):
     """The CPU's uint8 path takes only maps that are a plain crop resized (+ flip)."""
     found, original = [], pipeline_module.crop_boxes

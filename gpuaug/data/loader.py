@@ -11,6 +11,7 @@ import torch
 from torchvision.io import ImageReadMode, decode_jpeg
 
 from ..device import select_device
+from ..packed import PackedImages
 from .collate import Batch
 from .datasets import BadFile, Encoded
 from .decode import DecodeError, decode_rgb, quiet_torchvision_io
@@ -121,7 +122,8 @@ class DeviceLoader:
             submit()
             if ready is not None:
                 images, labels = ready
-                for t in [*(images if isinstance(images, list) else [images]), labels]:
+                held = [images.flat] if isinstance(images, PackedImages) else images if isinstance(images, list) else [images]
+                for t in [*held, labels]:
                     t.record_stream(main)  # the side stream must not reuse this memory early
                 yield ready
 
@@ -158,6 +160,8 @@ class DeviceLoader:
         """Move (and decode) images; returns them and the kept indices (None if all kept)."""
         if isinstance(images, torch.Tensor):
             return self._copy(images), None
+        if isinstance(images, PackedImages):  # one buffer: one pin, one copy
+            return PackedImages(self._copy(images.flat), images.shapes), None
         out, keep = [], []
         encoded = [(i, x) for i, x in enumerate(images) if isinstance(x, Encoded)]
         decoded = dict(self._decode(encoded)) if encoded else {}
