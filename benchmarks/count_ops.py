@@ -108,6 +108,18 @@ def main(argv=None) -> None:
     parser.add_argument("--calls", type=int, default=30)
     parser.add_argument("--ops", action="store_true", help="also list the aten ops of each stage")
     args = parser.parse_args(argv)
+    saved = (torch.get_num_threads(), cpu.OWN_PATH, pipeline_module._gpu_kernels,
+             {name: getattr(Pipeline, name) for name in ("_draw", "_plan", "_geometry", "_finish")})
+    try:
+        _count(args)
+    finally:  # leave the process as it was (the tests call main())
+        torch.set_num_threads(saved[0])
+        cpu.OWN_PATH, pipeline_module._gpu_kernels = saved[1], saved[2]
+        for name, method in saved[3].items():
+            setattr(Pipeline, name, method)
+
+
+def _count(args) -> None:
     torch.set_num_threads(1)
     cpu.OWN_PATH = False
     for name in ("_draw", "_plan", "_geometry", "_finish"):

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The one device check, for a session that is lent a GPU (device tool, one call, ~4-5 minutes;
-# the timeouts below bound it at 10): CUDA tests, the GPU benchmark, torch.compile's effect and a
-# kernel profile of the pipeline (with the Triton color kernel, then with GPUAUG_TRITON=0 for the
-# torch color kernels), everything written under $OUT.
+# the timeouts below bound it at 10): CUDA tests, the GPU benchmark, torch.compile's effect, a
+# kernel profile of the pipeline (with the Triton kernels, then with GPUAUG_TRITON=0 for the
+# torch kernels) and the worker-to-GPU handoff of a ragged batch, everything written under $OUT.
 # Run from the repository root:  bash benchmarks/gpu_check.sh
 # The device image has torch, torchvision, scikit-image, tqdm and matplotlib but no kornia and no
 # network: carry kornia's wheels in wheels/ (pip download kornia kornia-rs --no-deps
@@ -32,7 +32,7 @@ echo "== CUDA tests"
 timeout 150 $PY -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_cuda_path.py \
   tests/test_data.py::test_device_loader_on_cuda_overlaps_and_matches_cpu \
   tests/test_data.py::test_gpu_decode_falls_back_to_cpu_without_cuda \
-  tests/test_data.py::test_device_loader_on_cuda_without_pipeline_keeps_ragged_lists 2>&1 \
+  tests/test_data.py::test_device_loader_on_cuda_without_pipeline_keeps_ragged_batches_packed 2>&1 \
   | tee "$OUT/cuda_tests.txt" | tail -n 15
 
 echo "== GPU benchmark (cuda rows, and cpu rows for the per-sample torchvision reference)"
@@ -50,3 +50,6 @@ timeout 45 $PY benchmarks/profile_pipeline.py --device cuda --batch 256 2>&1 | t
 echo "== the same with the torch color kernels instead of the Triton one (GPUAUG_TRITON=0)"
 GPUAUG_TRITON=0 timeout 45 $PY benchmarks/profile_pipeline.py --device cuda --batch 256 --rows 8 2>&1 \
   | tee "$OUT/profile_gpu_no_triton.txt" | tail -n 14
+
+echo "== handing a ragged batch of 256 from the workers to the GPU: a list versus PackedImages"
+timeout 60 $PY benchmarks/handoff_bench.py --device cuda --rounds 2 --wait 3 2>&1 | tee "$OUT/handoff_gpu.txt" | tail -n 5

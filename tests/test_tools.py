@@ -43,14 +43,31 @@ def test_loader_bench_quick(tmp_path, capsys):
     assert "worker img/s" in capsys.readouterr().out
 
 
-def test_profile_pipeline_script_on_the_cpu(capsys):
+def _script(name: str):
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "profile_pipeline.py"
-    spec = importlib.util.spec_from_file_location("profile_pipeline", path)
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    module.main(["--device", "cpu", "--batch", "4", "--calls", "1", "--rows", "5"])
+    return module
+
+
+def test_profile_pipeline_script_on_the_cpu(capsys):
+    _script("profile_pipeline").main(["--device", "cpu", "--batch", "4", "--calls", "1", "--rows", "5"])
     text = capsys.readouterr().out
     assert "profile_pipeline: cpu batch 4" in text and "img/s" in text and "aten::" in text
+
+
+def test_handoff_bench_script_on_the_cpu(capsys):
+    _script("handoff_bench").main(["--batch", "4", "--rounds", "1", "--wait", "0.5"])
+    text = capsys.readouterr().out
+    assert "list of images" in text and "PackedImages (ga.data.collate)" in text and "list / packed: receive" in text
+
+
+def test_count_ops_script_counts_every_layout(capsys):
+    _script("count_ops").main(["--batch", "8", "--calls", "1"])
+    text = capsys.readouterr().out
+    for label in ("torch kernels:", "Triton kernels:", "Triton kernels, ragged list:", "Triton kernels, ragged PackedImages:"):
+        assert label in text
