@@ -7,7 +7,9 @@ Rows, per device and batch size:
 2. kornia.augmentation.AugmentationSequential on the batch (eager; on CUDA also torch.compile).
 3. torchvision.transforms.v2 on the whole batch: fast, but ONE draw for the whole batch.
 4. gpuaug on the batch, and on the ragged list as a DataLoader with a list collate gives it; on
-   CUDA also with its torch kernels instead of its Triton kernels (``GPUAUG_TRITON=0``).
+   CUDA also on the ragged images as :func:`gpuaug.data.collate` gives them (one buffer,
+   :class:`gpuaug.PackedImages`; on the CPU the same work as the list) and with its torch kernels
+   instead of its Triton kernels (``GPUAUG_TRITON=0``).
 
 Batched rows get the photos resized once to a common 375x500 (kornia and torchvision cannot take a
 ragged list), uint8 and already on the device. Timings are medians over ``repeats`` after a
@@ -29,6 +31,7 @@ import torch.nn.functional as F
 
 from .cpu import keep_freed_memory
 from .device import select_device
+from .packed import PackedImages
 from .pipeline import Pipeline
 from .samples import sample_images
 from .transforms import IMAGENET_MEAN, IMAGENET_STD, ColorJitter, Normalize, RandomHorizontalFlip, RandomResizedCrop, RandomRotation
@@ -40,6 +43,7 @@ KORNIA_COMPILED = "kornia AugmentationSequential, torch.compile"
 TORCHVISION_BATCH = "torchvision v2 on the batch (one draw per batch)"
 GPUAUG = "gpuaug"
 GPUAUG_RAGGED = "gpuaug, ragged list input"
+GPUAUG_PACKED = "gpuaug, ragged PackedImages input"
 GPUAUG_TORCH_KERNELS = "gpuaug, torch kernels only (GPUAUG_TRITON=0)"
 
 
@@ -113,6 +117,8 @@ def _jobs(device: torch.device, ragged: list[torch.Tensor]):
     jobs.append((GPUAUG, lambda: ours(uniform), 2))
     jobs.append((GPUAUG_RAGGED, lambda: ours(on_device), 2))
     if device.type == "cuda":
+        packed = PackedImages.pack(ragged).to(device)
+        jobs.append((GPUAUG_PACKED, lambda: ours(packed), 2))
         jobs.append((GPUAUG_TORCH_KERNELS, lambda: _without_triton(ours, uniform), 2))
     return jobs
 
