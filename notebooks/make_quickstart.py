@@ -57,7 +57,7 @@ assert torch.equal(augment(batch, params=params), out)   # replay"""),
 clips = torch.stack([pan, pan])                                                         # (2, 6, 3, 300, 400)
 out = augment(clips)
 show([list(unnormalize(out[0])), list(unnormalize(out[1]))], ["clip 1", "clip 2"], size=1.6)"""),
-    nbf.v4.new_markdown_cell("## A training loop with DeviceLoader\nDecode-only workers (`ga.data.ImageFolder`), a list collate, and `ga.DeviceLoader`, which moves each batch to the device and augments it there (on CUDA on a side stream, while the previous batch trains)."),
+    nbf.v4.new_markdown_cell("## A training loop with DeviceLoader\nDecode-only workers (`ga.data.ImageFolder`), `ga.data.collate` (a batch of different sizes arrives as one buffer, `ga.PackedImages`), and `ga.DeviceLoader`, which moves each batch to the device and augments it there (on CUDA on a side stream, while the previous batch trains)."),
     nbf.v4.new_code_cell("""from torch.utils.data import DataLoader
 from gpuaug.bench_loader import make_jpeg_folder
 
