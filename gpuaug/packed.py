@@ -81,11 +81,21 @@ class PackedImages(Sequence):
     def to(self, device, non_blocking: bool = False) -> PackedImages:
         """The same images on ``device``: one copy of ``flat`` (none if already there)."""
         flat = self.flat.to(device, non_blocking=non_blocking)
-        return self if flat is self.flat else PackedImages(flat, self.shapes)
+        return self if flat is self.flat else self.with_flat(flat)
 
     def pin_memory(self) -> PackedImages:
         """Page-locked copy, one buffer (``DataLoader(pin_memory=True)`` calls this)."""
-        return PackedImages(self.flat.pin_memory(), self.shapes)
+        return self.with_flat(self.flat.pin_memory())
+
+    def with_flat(self, flat: Tensor) -> PackedImages:
+        """The same shapes over another buffer of the same size (a copy of ``flat`` elsewhere),
+        without checking the shapes again."""
+        if not isinstance(flat, Tensor) or flat.shape != self.flat.shape:
+            raise ValueError(f"expected a buffer of shape {tuple(self.flat.shape)}, got "
+                             f"{tuple(flat.shape) if isinstance(flat, Tensor) else type(flat).__name__}")
+        packed = object.__new__(PackedImages)
+        packed.flat, packed.shapes, packed.offsets = flat, self.shapes, self.offsets
+        return packed
 
     def __reduce__(self):
         return PackedImages, (self.flat, self.shapes)  # one tensor between processes, not one per image

@@ -57,6 +57,17 @@ def test_ragged_list_on_cuda_matches_each_alone(photos):
         assert (out[i].float() - alone[0].float()).abs().max() < 2e-3
 
 
+def test_packed_images_pinned_by_the_dataloader_match_the_list_on_cuda(photos):
+    from torch.utils.data import DataLoader
+
+    items = [(p, i) for i, p in enumerate(photos * 2)]
+    (images, labels, _), = list(DataLoader(items, batch_size=len(items), collate_fn=ga.data.collate, pin_memory=True))
+    assert isinstance(images, ga.PackedImages) and images.flat.is_pinned()
+    pipe = ga.Pipeline(*ops(), ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD), device="cuda", seed=3)
+    out, params = pipe(images, return_params=True)
+    assert torch.equal(out, pipe([p.cuda() for p in photos * 2], params=params))
+
+
 def test_torch_compile_matches_eager(photos):
     pipe = ga.Pipeline(*ops(), device="cuda", seed=2)
     batch = torch.stack([torch.nn.functional.interpolate(p[None].float(), size=(240, 320))[0] for p in photos])

@@ -148,6 +148,25 @@ def test_dataloader_with_two_workers(folder, method):
     assert loader.stats.images_per_s > 0 and loader.stats.wait_per_batch_ms >= 0
 
 
+def test_packed_images_behave_as_a_read_only_list(photos):
+    import copy
+    import pickle
+
+    packed = ga.PackedImages.pack(photos)
+    assert len(packed) == len(photos) and packed.dtype == torch.uint8 and packed.device.type == "cpu"
+    assert all(torch.equal(a, b) for a, b in zip(packed, photos))
+    assert torch.equal(packed[-1], photos[-1]) and [t.shape for t in packed[1:3]] == [t.shape for t in photos[1:3]]
+    with pytest.raises(IndexError):
+        packed[len(photos)]
+    for other in (pickle.loads(pickle.dumps(packed)), copy.deepcopy(packed), packed.with_flat(packed.flat.clone())):
+        assert other.shapes == packed.shapes and all(torch.equal(a, b) for a, b in zip(other, photos))
+        assert other.flat.data_ptr() != packed.flat.data_ptr()
+    assert packed.to("cpu") is packed
+    packed[0][0, 0, 0] = 7  # a view: writes reach the buffer
+    assert int(packed.flat[0]) == 7
+    assert "PackedImages(4 images, torch.uint8, cpu" in repr(packed)
+
+
 def test_ragged_batches_cross_from_workers_as_one_buffer(folder):
     ds = ImageFolder(folder)
     sizes = {tuple(ds[i][0].shape) for i in range(len(ds))}

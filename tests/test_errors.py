@@ -52,7 +52,8 @@ def test_bad_packed_images():
                         (lambda: ga.PackedImages(torch.zeros(60), [(3, 20)]), "one (C, H, W) per image"),
                         (lambda: ga.PackedImages.pack([]), "at least one image"),
                         (lambda: ga.PackedImages.pack([x, x[0]]), "item 1 is (4, 5)"),
-                        (lambda: ga.PackedImages.pack([x, x.float()]), "one dtype and device")]:
+                        (lambda: ga.PackedImages.pack([x, x.float()]), "one dtype and device"),
+                        (lambda: ga.PackedImages.pack([x, x]).with_flat(torch.zeros(7)), "buffer of shape (120,)")]:
         with pytest.raises(ValueError) as info:
             make()
         assert words in str(info.value)

@@ -161,7 +161,7 @@ class DeviceLoader:
         if isinstance(images, torch.Tensor):
             return self._copy(images), None
         if isinstance(images, PackedImages):  # one buffer: one pin, one copy
-            return PackedImages(self._copy(images.flat), images.shapes), None
+            return images.with_flat(self._copy(images.flat)), None
         out, keep = [], []
         encoded = [(i, x) for i, x in enumerate(images) if isinstance(x, Encoded)]
         decoded = dict(self._decode(encoded)) if encoded else {}
