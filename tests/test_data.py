@@ -167,6 +167,16 @@ def test_packed_images_behave_as_a_read_only_list(photos):
     assert "PackedImages(4 images, torch.uint8, cpu" in repr(packed)
 
 
+def test_collate_in_a_worker_writes_into_shared_memory(photos, monkeypatch):
+    """As torch's default_collate: the batch is made in shared memory, so sending it copies nothing."""
+    assert not collate([(photos[0], 1), (photos[1], 2)]).images.flat.is_shared()
+    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: object())  # as inside a worker
+    ragged = collate([(photos[0], 1), (photos[1], 2)]).images
+    same = collate([(photos[0], 1), (photos[0], 2)]).images
+    assert ragged.flat.is_shared() and same.is_shared() and same.shape == (2, *photos[0].shape)
+    assert all(torch.equal(a, b) for a, b in zip(ragged, photos[:2])) and torch.equal(same[1], photos[0])
+
+
 def test_ragged_batches_cross_from_workers_as_one_buffer(folder):
     ds = ImageFolder(folder)
     sizes = {tuple(ds[i][0].shape) for i in range(len(ds))}
