@@ -1,6 +1,7 @@
 """What a ragged batch costs the main process to receive from DataLoader workers (and, on CUDA, to
-put on the GPU): a list of images versus the one buffer `gpuaug.data.collate` packs
-(`ga.PackedImages`). `python benchmarks/handoff_bench.py [--batch 256] [--device cuda]`.
+put on the GPU): a list versus the one buffer `gpuaug.data.collate` packs, for decoded images
+(`ga.PackedImages`) and for JPEG bytes (`decode="gpu"`: `ga.data.EncodedBatch`).
+`python benchmarks/handoff_bench.py [--batch 256] [--device cuda]`.
 
 The main process drives the GPU; every millisecond it spends unpickling a batch is a millisecond
 it does not launch kernels. A list crosses from a worker as one shared-memory segment per image
@@ -17,35 +18,44 @@ import time
 
 import torch
 from torch.utils.data import DataLoader, Dataset
+from torchvision.io import encode_jpeg
 from torchvision.transforms.v2.functional import center_crop, resize
 
 import gpuaug as ga
 from gpuaug.bench_loader import SIZES
-from gpuaug.data import collate
+from gpuaug.data import Encoded, collate
+from gpuaug.data.decode import quiet_torchvision_io
 
 
 class Photos(Dataset):
-    """The sample photos at mixed ~500x375 sizes, decoded once (uint8 (3, H, W))."""
+    """The sample photos at mixed ~500x375 sizes, decoded once (uint8 (3, H, W)); with ``jpeg``,
+    as JPEG bytes (``ga.data.Encoded``, what ``decode="gpu"`` datasets give)."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, jpeg: bool = False):
         photos = ga.sample_images()
-        self.images = []
+        self.items = []
         for i in range(n):
             h, w = SIZES[i % len(SIZES)]
             img = photos[i % len(photos)]
             s = max(h / img.shape[1], w / img.shape[2])
             img = resize(img, [round(img.shape[1] * s) + 1, round(img.shape[2] * s) + 1], antialias=True)
-            self.images.append(center_crop(img, [h, w]).contiguous())
+            img = center_crop(img, [h, w]).contiguous()
+            if jpeg:
+                with quiet_torchvision_io():
+                    img = encode_jpeg(img, quality=90)
+            self.items.append(img)
+        self.jpeg = jpeg
 
     def __len__(self):
-        return len(self.images)
+        return len(self.items)
 
     def __getitem__(self, i):
-        return self.images[i].clone(), i  # a fresh tensor, as a decode makes
+        data = self.items[i].clone()  # a fresh tensor, as a read or a decode makes
+        return (Encoded(f"photo{i}.jpg", data) if self.jpeg else data), i
 
 
 def list_collate(items):
-    """What a ragged batch was before PackedImages: a plain list of images."""
+    """What a ragged batch was before one-buffer batches: a plain list."""
     return [x for x, _ in items], torch.tensor([y for _, y in items])
 
 
@@ -84,20 +94,21 @@ def main(argv=None) -> None:
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
     device = ga.select_device(args.device)
-    dataset = Photos(args.batch * 5)  # a first batch, three timed, one spare
-    print(f"handoff_bench: batch {args.batch} of ~500x375 uint8 images of mixed sizes, 2 workers, on {device}, "
-          f"{time.strftime('%Y-%m-%d')}")
-    results = {}
-    for name, fn in [("list of images", list_collate), ("PackedImages (ga.data.collate)", collate)] * 2:
-        receive, release = handoff_ms(fn, dataset, args.batch, device, args.rounds, args.wait)
-        r = results.setdefault(name, ([], []))
-        r[0].extend(receive)
-        r[1].extend(release)
-    print(f"  {'median ms per batch, main process':<34} {'receive':>8} {'release':>8}  (batches)")
-    for name, (receive, release) in results.items():
-        print(f"  {name:<34} {statistics.median(receive):8.2f} {statistics.median(release):8.2f}  ({len(receive)})")
-    (a, c), (b, d) = ((statistics.median(r), statistics.median(f)) for r, f in results.values())
-    print(f"  list / packed: receive {a / b:.1f}x, release {c / d:.1f}x")
+    print(f"handoff_bench: batch {args.batch} of ~500x375 images of mixed sizes, 2 workers, on {device}, "
+          f"{time.strftime('%Y-%m-%d')}" + (" (JPEG rows include decoding them on the GPU)" if device.type == "cuda" else ""))
+    print(f"  {'median ms per batch, main process':<56} {'receive':>8} {'release':>8}  (batches)")
+    for kind, jpeg, packed in (("uint8 images", False, "PackedImages"), ("JPEG bytes, decode='gpu'", True, "EncodedBatch")):
+        dataset = Photos(args.batch * 5, jpeg=jpeg)  # a first batch, three timed, one spare
+        results = {}
+        for name, fn in [("list", list_collate), (f"{packed} (ga.data.collate)", collate)] * 2:
+            receive, release = handoff_ms(fn, dataset, args.batch, device, args.rounds, args.wait)
+            r = results.setdefault(f"{kind}: {name}", ([], []))
+            r[0].extend(receive)
+            r[1].extend(release)
+        for name, (receive, release) in results.items():
+            print(f"  {name:<56} {statistics.median(receive):8.2f} {statistics.median(release):8.2f}  ({len(receive)})")
+        (a, c), (b, d) = ((statistics.median(r), statistics.median(f)) for r, f in results.values())
+        print(f"  {kind}, list / one buffer: receive {a / b:.1f}x, release {c / d:.1f}x")
 
 
 if __name__ == "__main__":

@@ -4,20 +4,110 @@ A DataLoader batch of ragged images is usually a list of tensors: each one cross
 worker to the main process as its own shared-memory segment, is pinned on its own, and is copied
 to the GPU on its own (three host operations per image, in the process that drives the GPU).
 Packed, the batch is one buffer: one segment, one pin, one copy, and the pipeline's CUDA kernels
-read it in place. :func:`gpuaug.data.collate` packs ragged batches this way.
+read it in place. :func:`gpuaug.data.collate` packs ragged batches this way (and JPEG bytes for
+GPU decoding, :class:`gpuaug.data.EncodedBatch`, on the same base).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
 
-class PackedImages(Sequence):
-    """Images ``(C, H_i, W_i)`` of one dtype and channel count, stored back to back (each
-    C-contiguous) in one 1-D tensor ``flat``.
+class PackedTensors(Sequence):
+    """Tensors of one dtype and different shapes, stored back to back (each C-contiguous) in one
+    1-D tensor ``flat``: a read-only sequence whose item ``i`` is a view into ``flat``, made on
+    access. The base of :class:`PackedImages`; ``NDIM`` fixes the items' dimensions (None: any).
+
+    Args:
+        flat: 1-D tensor holding every item's elements.
+        shapes: each item's shape, in order.
+    """
+
+    NDIM: int | None = None
+
+    def __init__(self, flat: Tensor, shapes: Sequence[Sequence[int]]):
+        if not isinstance(flat, Tensor) or flat.dim() != 1:
+            raise ValueError(f"expected a 1-D tensor for flat, got "
+                             f"{tuple(flat.shape) if isinstance(flat, Tensor) else type(flat).__name__}")
+        shapes = tuple(tuple(int(d) for d in s) for s in shapes)
+        if self.NDIM is not None and any(len(s) != self.NDIM for s in shapes):
+            raise ValueError(f"expected one (C, H, W) per image in shapes, got {shapes}")
+        offsets, total = [], 0
+        for s in shapes:
+            offsets.append(total)
+            total += math.prod(s)
+        if total != flat.numel():
+            raise ValueError(f"shapes hold {total} elements, flat has {flat.numel()}")
+        self.flat, self.shapes, self.offsets = flat, shapes, tuple(offsets)
+
+    @staticmethod
+    def concatenate(tensors: Sequence[Tensor]) -> Tensor:
+        """``tensors`` flattened into one 1-D tensor (one copy). In a DataLoader worker it is
+        allocated in shared memory, as torch's ``default_collate`` does for a stacked batch, so
+        sending it to the main process copies nothing more."""
+        for i, t in enumerate(tensors):
+            if t.dtype != tensors[0].dtype or t.device != tensors[0].device:
+                raise ValueError(f"expected tensors of one dtype and device to pack: item 0 is {tensors[0].dtype} "
+                                 f"on {tensors[0].device}, item {i} is {t.dtype} on {t.device}")
+        out = worker_output(tensors[0], sum(t.numel() for t in tensors))
+        return torch.cat([t.reshape(-1) for t in tensors], out=out)
+
+    def __len__(self) -> int:
+        return len(self.shapes)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        shape = self.shapes[i]
+        return self.flat[self.offsets[i]: self.offsets[i] + math.prod(shape)].view(shape)
+
+    @property
+    def device(self) -> torch.device:
+        return self.flat.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.flat.dtype
+
+    def to(self, device, non_blocking: bool = False):
+        """The same items on ``device``: one copy of ``flat`` (none if already there)."""
+        flat = self.flat.to(device, non_blocking=non_blocking)
+        return self if flat is self.flat else self.with_flat(flat)
+
+    def pin_memory(self):
+        """Page-locked copy, one buffer (``DataLoader(pin_memory=True)`` calls this)."""
+        return self.with_flat(self.flat.pin_memory())
+
+    def with_flat(self, flat: Tensor):
+        """The same items over another buffer of the same size (a copy of ``flat`` elsewhere),
+        without checking the shapes again."""
+        if not isinstance(flat, Tensor) or flat.shape != self.flat.shape:
+            raise ValueError(f"expected a buffer of shape {tuple(self.flat.shape)}, got "
+                             f"{tuple(flat.shape) if isinstance(flat, Tensor) else type(flat).__name__}")
+        packed = object.__new__(type(self))
+        packed.__dict__.update(self.__dict__, flat=flat)
+        return packed
+
+    def __reduce__(self):
+        return _restore, (type(self), self.__dict__)  # one tensor between processes, not one per item
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({len(self)} items, {self.dtype}, {self.device}, shapes={list(self.shapes)})"
+
+
+def _restore(cls, state: dict):
+    packed = object.__new__(cls)
+    packed.__dict__.update(state)
+    return packed
+
+
+class PackedImages(PackedTensors):
+    """Images ``(C, H_i, W_i)`` of one dtype, stored back to back (each C-contiguous) in one 1-D
+    tensor ``flat``.
 
     It is a read-only sequence: ``packed[i]`` is image ``i`` as a view into ``flat``, ``len``,
     iteration and ``list(packed)`` work as on a list of images, and :class:`gpuaug.Pipeline`
@@ -28,77 +118,19 @@ class PackedImages(Sequence):
         shapes: one ``(C, H_i, W_i)`` per image, in order.
     """
 
-    def __init__(self, flat: Tensor, shapes: Sequence[tuple[int, int, int]]):
-        if not isinstance(flat, Tensor) or flat.dim() != 1:
-            raise ValueError(f"expected a 1-D tensor for flat, got "
-                             f"{tuple(flat.shape) if isinstance(flat, Tensor) else type(flat).__name__}")
-        shapes = tuple(tuple(int(d) for d in s) for s in shapes)
-        if any(len(s) != 3 for s in shapes):
-            raise ValueError(f"expected one (C, H, W) per image in shapes, got {shapes}")
-        offsets, total = [], 0
-        for c, h, w in shapes:
-            offsets.append(total)
-            total += c * h * w
-        if total != flat.numel():
-            raise ValueError(f"shapes hold {total} elements, flat has {flat.numel()}")
-        self.flat, self.shapes, self.offsets = flat, shapes, tuple(offsets)
+    NDIM = 3
 
     @classmethod
     def pack(cls, images: Sequence[Tensor]) -> PackedImages:
-        """Concatenate ``(C, H_i, W_i)`` images into one buffer (one copy). In a DataLoader worker
-        the buffer is allocated in shared memory, as torch's ``default_collate`` does for a stacked
-        batch, so sending it to the main process copies nothing more."""
+        """Concatenate ``(C, H_i, W_i)`` images into one buffer (one copy; in a DataLoader
+        worker, in shared memory)."""
         if not images:
             raise ValueError("expected at least one image to pack, got none")
         for i, t in enumerate(images):
             if not isinstance(t, Tensor) or t.dim() != 3:
                 raise ValueError(f"expected (C, H, W) tensors to pack, item {i} is "
                                  f"{tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__}")
-            if t.dtype != images[0].dtype or t.device != images[0].device:
-                raise ValueError(f"expected images of one dtype and device to pack: item 0 is {images[0].dtype} on "
-                                 f"{images[0].device}, item {i} is {t.dtype} on {t.device}")
-        out = worker_output(images[0], sum(t.numel() for t in images))
-        flat = torch.cat([t.reshape(-1) for t in images], out=out)
-        return cls(flat, [tuple(t.shape) for t in images])
-
-    def __len__(self) -> int:
-        return len(self.shapes)
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        c, h, w = self.shapes[i]
-        return self.flat[self.offsets[i]: self.offsets[i] + c * h * w].view(c, h, w)
-
-    @property
-    def device(self) -> torch.device:
-        return self.flat.device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.flat.dtype
-
-    def to(self, device, non_blocking: bool = False) -> PackedImages:
-        """The same images on ``device``: one copy of ``flat`` (none if already there)."""
-        flat = self.flat.to(device, non_blocking=non_blocking)
-        return self if flat is self.flat else self.with_flat(flat)
-
-    def pin_memory(self) -> PackedImages:
-        """Page-locked copy, one buffer (``DataLoader(pin_memory=True)`` calls this)."""
-        return self.with_flat(self.flat.pin_memory())
-
-    def with_flat(self, flat: Tensor) -> PackedImages:
-        """The same shapes over another buffer of the same size (a copy of ``flat`` elsewhere),
-        without checking the shapes again."""
-        if not isinstance(flat, Tensor) or flat.shape != self.flat.shape:
-            raise ValueError(f"expected a buffer of shape {tuple(self.flat.shape)}, got "
-                             f"{tuple(flat.shape) if isinstance(flat, Tensor) else type(flat).__name__}")
-        packed = object.__new__(PackedImages)
-        packed.flat, packed.shapes, packed.offsets = flat, self.shapes, self.offsets
-        return packed
-
-    def __reduce__(self):
-        return PackedImages, (self.flat, self.shapes)  # one tensor between processes, not one per image
+        return cls(cls.concatenate(images), [tuple(t.shape) for t in images])
 
     def __repr__(self) -> str:
         return f"PackedImages({len(self)} images, {self.dtype}, {self.device}, shapes={list(self.shapes)})"

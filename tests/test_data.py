@@ -10,7 +10,7 @@ from PIL import Image, ImageOps
 from torch.utils.data import DataLoader
 
 import gpuaug as ga
-from gpuaug.data import Batch, BadFile, Encoded, ImageFiles, ImageFolder, collate
+from gpuaug.data import Batch, BadFile, Encoded, EncodedBatch, ImageFiles, ImageFolder, collate
 
 
 def _rgb(photo: torch.Tensor) -> np.ndarray:
@@ -189,6 +189,30 @@ def test_ragged_batches_cross_from_workers_as_one_buffer(folder):
     assert labels.tolist() == [ds[i][1] for i in range(len(ds))]
     out = list(ga.DeviceLoader(dl, device="cpu"))[0][0]
     assert isinstance(out, ga.PackedImages) and all(torch.equal(a, b) for a, b in zip(out, images))
+
+
+def test_gpu_decode_batches_cross_from_workers_as_one_buffer(folder):
+    gpu, cpu = ImageFolder(folder, decode="gpu"), ImageFolder(folder, decode="cpu")
+    dl = DataLoader(gpu, batch_size=len(gpu), num_workers=1, collate_fn=collate)
+    (images, labels, bad), = list(dl)
+    assert isinstance(images, EncodedBatch) and len(images) == len(gpu) and bad == []
+    for i, item in enumerate(images):
+        want = gpu[i][0]
+        if isinstance(want, Encoded):  # the JPEGs' bytes, with their paths
+            assert isinstance(item, Encoded) and item.path == want.path and torch.equal(item.data, want.data)
+        else:  # other formats, decoded in the worker
+            assert isinstance(item, torch.Tensor) and torch.equal(item, want)
+    assert {type(x) for x in images} == {Encoded, torch.Tensor}
+    assert labels.tolist() == gpu.labels
+    # Decoded by DeviceLoader (on the CPU here: the same libjpeg as the workers' decode="cpu").
+    out = list(ga.DeviceLoader(dl, device="cpu"))[0][0]
+    ref = list(ga.DeviceLoader(DataLoader(cpu, batch_size=len(cpu), collate_fn=collate), device="cpu"))[0][0]
+    assert len(out) == len(ref) and all(torch.equal(a, b) for a, b in zip(out, ref))
+
+
+def test_encoded_batch_checks_its_paths():
+    with pytest.raises(ValueError, match="one path per item: 1 paths for 2 items"):
+        EncodedBatch(torch.zeros(5, dtype=torch.uint8), [(2,), (3,)], ["a.jpg"])
 
 
 def test_gpu_decode_falls_back_to_cpu_without_cuda(folder):

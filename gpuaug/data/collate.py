@@ -2,24 +2,56 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
 
-from ..packed import PackedImages, worker_output
-from .datasets import BadFile
+from ..packed import PackedImages, PackedTensors, worker_output
+from .datasets import BadFile, Encoded
+
+
+class EncodedBatch(PackedTensors):
+    """A ``decode="gpu"`` batch in one buffer: item ``i`` is an :class:`Encoded` (its JPEG bytes a
+    view into ``flat``) where ``paths[i]`` is a path, else an image ``(3, H, W)`` the worker
+    decoded (formats other than JPEG). :class:`gpuaug.DeviceLoader` decodes it on the device.
+
+    Args:
+        flat: 1-D uint8 tensor with every item's bytes.
+        shapes: ``(n,)`` for encoded bytes, ``(3, H, W)`` for a decoded image, per item.
+        paths: the file of each encoded item; None for a decoded one.
+    """
+
+    def __init__(self, flat: torch.Tensor, shapes: Sequence[Sequence[int]], paths: Sequence[str | None]):
+        super().__init__(flat, shapes)
+        if len(paths) != len(self.shapes):
+            raise ValueError(f"expected one path per item: {len(paths)} paths for {len(self.shapes)} items")
+        self.paths = tuple(paths)
+
+    @classmethod
+    def pack(cls, items: Sequence[Encoded | torch.Tensor]) -> EncodedBatch:
+        tensors = [x.data if isinstance(x, Encoded) else x for x in items]
+        paths = [x.path if isinstance(x, Encoded) else None for x in items]
+        return cls(cls.concatenate(tensors), [tuple(t.shape) for t in tensors], paths)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        data = super().__getitem__(i)
+        return data if self.paths[i] is None else Encoded(self.paths[i], data)
 
 
 class Batch(NamedTuple):
     """What :func:`collate` returns.
 
     ``images``: a uint8 ``(B, 3, H, W)`` tensor when all sizes agree, else a
-    :class:`gpuaug.PackedImages` (a read-only sequence of ``(3, H_i, W_i)`` images in one buffer),
-    or a list when some items are :class:`Encoded` JPEGs (``decode="gpu"``); ``labels``: int64
-    ``(B,)``; ``bad``: the :class:`BadFile` records of files dropped from this batch.
+    :class:`gpuaug.PackedImages` (a read-only sequence of ``(3, H_i, W_i)`` images in one buffer);
+    with ``decode="gpu"``, an :class:`EncodedBatch` (JPEG bytes, and any image decoded in the
+    worker, in one buffer); ``labels``: int64 ``(B,)``; ``bad``: the :class:`BadFile` records of
+    files dropped from this batch.
     """
 
-    images: torch.Tensor | PackedImages | list
+    images: torch.Tensor | PackedImages | EncodedBatch
     labels: torch.Tensor
     bad: list
 
@@ -28,8 +60,8 @@ def collate(items) -> Batch:
     """Collate ``(image, label)`` items from the gpuaug datasets; bad files go to ``Batch.bad``.
 
     Images of one size are stacked, images of different sizes packed into one buffer
-    (:class:`gpuaug.PackedImages`); in a worker, either is written straight into shared memory, so
-    the batch reaches the main process as one tensor, not one per image.
+    (:class:`gpuaug.PackedImages`), JPEG bytes too (:class:`EncodedBatch`); in a worker, straight
+    into shared memory, so the batch reaches the main process as one tensor, not one per image.
 
     Pinning is left to ``DataLoader(pin_memory=True)`` or :class:`gpuaug.DeviceLoader`, both in the
     main process: a forked worker must not initialise CUDA, which pinning does.
@@ -38,12 +70,13 @@ def collate(items) -> Batch:
     bad = [img for img, _ in items if isinstance(img, BadFile)]
     images = [img for img, _ in good]
     labels = torch.tensor([int(y) for _, y in good], dtype=torch.int64)
-    tensors = [i for i in images if isinstance(i, torch.Tensor)]
-    if images and len(tensors) == len(images):
-        if len({tuple(t.shape) for t in tensors}) == 1:
-            out = worker_output(tensors[0], len(tensors) * tensors[0].numel())
-            out = None if out is None else out.view(len(tensors), *tensors[0].shape)
-            images = torch.stack(tensors, out=out)
-        elif len({(t.dtype, t.dim()) for t in tensors}) == 1 and tensors[0].dim() == 3:
-            images = PackedImages.pack(tensors)
+    if any(isinstance(i, Encoded) for i in images):
+        images = EncodedBatch.pack(images)
+    elif images and all(isinstance(i, torch.Tensor) for i in images):
+        if len({tuple(t.shape) for t in images}) == 1:
+            out = worker_output(images[0], len(images) * images[0].numel())
+            out = None if out is None else out.view(len(images), *images[0].shape)
+            images = torch.stack(images, out=out)
+        elif len({(t.dtype, t.dim()) for t in images}) == 1 and images[0].dim() == 3:
+            images = PackedImages.pack(images)
     return Batch(images, labels, bad)
