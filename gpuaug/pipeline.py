@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from . import cpu, native
 from .device import select_device
-from .packed import PackedImages
+from .packed import PackedImages, PackedTensors
 from .functional.geometry import axis_taps, crop_boxes, resample_separable, resized_crops, tap_count, warp_affine
 from .transforms._base import Draw, Op, Params, Sizes, to_device
 from .transforms.color import ColorOp, Normalize, color_programs
@@ -331,6 +331,9 @@ class Pipeline(nn.Module):
         """Validate the input without touching its data: -> the images as a list of ``(C, H, W)``
         or an ``(N, C, H, W)`` tensor (clips flattened) or a :class:`PackedImages`, their sizes,
         frames per clip, is-clip."""
+        if isinstance(images, PackedTensors) and not isinstance(images, PackedImages):
+            raise TypeError(f"expected images, got {type(images).__name__} (encoded bytes): decode it first "
+                            f"(gpuaug.DeviceLoader does)")
         if isinstance(images, PackedImages):
             if len(images) == 0:
                 raise ValueError("expected a non-empty batch of images, got an empty PackedImages")

@@ -31,6 +31,8 @@ def pipe(*ops):
         ([torch.zeros(5, 8, 8, dtype=torch.uint8)], ValueError, "1 or 3 channels"),
         ("images.jpg", TypeError, "got str"),
         (ga.PackedImages(torch.zeros(0, dtype=torch.uint8), []), ValueError, "non-empty"),
+        (ga.data.EncodedBatch(torch.zeros(4, dtype=torch.uint8), [(4,)], ["a.jpg"]), TypeError,
+         "got EncodedBatch (encoded bytes): decode it first"),
         (ga.PackedImages.pack([torch.zeros(3, 8, 8, dtype=torch.int32)] * 2), TypeError, "uint8 or float"),
         (ga.PackedImages.pack([torch.zeros(4, 8, 8, dtype=torch.uint8)] * 2), ValueError, "1 or 3 channels"),
         (ga.PackedImages.pack([torch.zeros(3, 8, 8, dtype=torch.uint8), torch.zeros(1, 8, 9, dtype=torch.uint8)]),
