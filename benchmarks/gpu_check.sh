@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one device check, for a session that is lent a GPU (device tool, one call, ~4-5 minutes;
-# the timeouts below bound it at 10): CUDA tests, the GPU benchmark, torch.compile's effect, a
+# the timeouts below add up to ~11, past the device call's 600 s: the steps run in priority
+# order, so a cut loses the last ones, and each step's output is already under $OUT): CUDA tests, the GPU benchmark, torch.compile's effect, a
 # kernel profile of the pipeline (with the Triton kernels, then with GPUAUG_TRITON=0 for the
 # torch kernels) and the worker-to-GPU handoff of a ragged batch, everything written under $OUT.
 # Run from the repository root:  bash benchmarks/gpu_check.sh
@@ -52,4 +53,4 @@ GPUAUG_TRITON=0 timeout 45 $PY benchmarks/profile_pipeline.py --device cuda --ba
   | tee "$OUT/profile_gpu_no_triton.txt" | tail -n 14
 
 echo "== handing a ragged batch of 256 from the workers to the GPU: a list versus PackedImages"
-timeout 60 $PY benchmarks/handoff_bench.py --device cuda --rounds 2 --wait 3 2>&1 | tee "$OUT/handoff_gpu.txt" | tail -n 5
+timeout 45 $PY benchmarks/handoff_bench.py --device cuda --rounds 1 --wait 2 2>&1 | tee "$OUT/handoff_gpu.txt" | tail -n 5
