@@ -162,6 +162,7 @@ class DeviceLoader:
             return self._copy(images), None
         if isinstance(images, PackedImages):  # one buffer: one pin, one copy
             return images.with_flat(self._copy(images.flat)), None
+        images = list(images)  # an EncodedBatch makes its views once
         out, keep = [], []
         encoded = [(i, x) for i, x in enumerate(images) if isinstance(x, Encoded)]
         decoded = dict(self._decode(encoded)) if encoded else {}
