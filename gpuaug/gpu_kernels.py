@@ -377,27 +377,26 @@ def pack_images(images: list[Tensor] | PackedImages, device: torch.device) -> Pa
     contiguous first)."""
     if isinstance(images, PackedImages):
         images = images.to(device, non_blocking=True)
-        rows = [[o, h * w, w, 1, h] for o, (_, h, w) in zip(images.offsets, images.shapes)]
-        shape = (len(images), images.shapes[0][0], max(s[1] for s in images.shapes), max(s[2] for s in images.shapes))
-        return Packed(images.flat, to_device(rows, device, torch.int64), shape, images)
-    images = [t.to(device, non_blocking=True) for t in images]
-    views, rows, offset = [], [], 0
-    for t in images:
-        c, h, w = t.shape
-        if t.is_contiguous():  # the common case, decoded by torchvision: no stride reads
-            views.append(t.view(-1))
-            rows.append([offset, h * w, w, 1, h])
-        else:
-            dense = t.permute(sorted(range(3), key=lambda d: -t.stride(d)))  # its memory order
-            if not dense.is_contiguous():
-                t = dense = t.contiguous()
-            views.append(dense.reshape(-1))
-            rows.append([offset, t.stride(0), t.stride(1), t.stride(2), h])
-        offset += c * h * w
-    flat = torch.cat(views)
-    table = to_device(rows, flat.device, torch.int64)
-    shape = (len(images), images[0].shape[0], max(t.shape[1] for t in images), max(t.shape[2] for t in images))
-    return Packed(flat, table, shape, images)
+        flat, shapes = images.flat, images.shapes
+        rows = [[o, h * w, w, 1, h] for o, (_, h, w) in zip(images.offsets, shapes)]
+    else:
+        images = [t.to(device, non_blocking=True) for t in images]
+        shapes = [tuple(t.shape) for t in images]
+        views, rows, offset = [], [], 0
+        for t, (c, h, w) in zip(images, shapes):
+            if t.is_contiguous():  # the common case, decoded by torchvision: no stride reads
+                views.append(t.view(-1))
+                rows.append([offset, h * w, w, 1, h])
+            else:
+                dense = t.permute(sorted(range(3), key=lambda d: -t.stride(d)))  # its memory order
+                if not dense.is_contiguous():
+                    t = dense = t.contiguous()
+                views.append(dense.reshape(-1))
+                rows.append([offset, t.stride(0), t.stride(1), t.stride(2), h])
+            offset += c * h * w
+        flat = torch.cat(views)
+    shape = (len(shapes), shapes[0][0], max(s[1] for s in shapes), max(s[2] for s in shapes))
+    return Packed(flat, to_device(rows, device, torch.int64), shape, images)
 
 
 def resample_axes(x: Tensor | Packed, axes: Tensor, size: tuple[int, int], taps: tuple[int, int],

@@ -28,6 +28,7 @@ class PackedTensors(Sequence):
     """
 
     NDIM: int | None = None
+    NOUN = "items"  # what the repr counts
 
     def __init__(self, flat: Tensor, shapes: Sequence[Sequence[int]]):
         if not isinstance(flat, Tensor) or flat.dim() != 1:
@@ -61,7 +62,11 @@ class PackedTensors(Sequence):
 
     def __getitem__(self, i):
         if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
+            return [self._item(j) for j in range(*i.indices(len(self)))]
+        return self._item(i)
+
+    def _item(self, i: int):
+        """Item ``i``: a view of its elements in ``flat`` (subclasses may wrap it)."""
         shape = self.shapes[i]
         return self.flat[self.offsets[i]: self.offsets[i] + math.prod(shape)].view(shape)
 
@@ -96,7 +101,7 @@ class PackedTensors(Sequence):
         return _restore, (type(self), self.__dict__)  # one tensor between processes, not one per item
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({len(self)} items, {self.dtype}, {self.device}, shapes={list(self.shapes)})"
+        return f"{type(self).__name__}({len(self)} {self.NOUN}, {self.dtype}, {self.device}, shapes={list(self.shapes)})"
 
 
 def _restore(cls, state: dict):
@@ -119,6 +124,7 @@ class PackedImages(PackedTensors):
     """
 
     NDIM = 3
+    NOUN = "images"
 
     @classmethod
     def pack(cls, images: Sequence[Tensor]) -> PackedImages:
@@ -131,9 +137,6 @@ class PackedImages(PackedTensors):
                 raise ValueError(f"expected (C, H, W) tensors to pack, item {i} is "
                                  f"{tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__}")
         return cls(cls.concatenate(images), [tuple(t.shape) for t in images])
-
-    def __repr__(self) -> str:
-        return f"PackedImages({len(self)} images, {self.dtype}, {self.device}, shapes={list(self.shapes)})"
 
 
 def worker_output(like: Tensor, numel: int) -> Tensor | None:

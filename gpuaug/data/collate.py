@@ -34,10 +34,8 @@ class EncodedBatch(PackedTensors):
         paths = [x.path if isinstance(x, Encoded) else None for x in items]
         return cls(cls.concatenate(tensors), [tuple(t.shape) for t in tensors], paths)
 
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        data = super().__getitem__(i)
+    def _item(self, i: int):
+        data = super()._item(i)
         return data if self.paths[i] is None else Encoded(self.paths[i], data)
 
 
