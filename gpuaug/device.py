@@ -15,13 +15,10 @@ def select_device(device: str | torch.device | None = None) -> torch.device:
     Call it in the main process only: DataLoader workers must never touch CUDA.
     """
     if device is not None:
-        return _checked(torch.device(device), "device argument")
+        return _checked(_parse(device, "device argument"), "device argument")
     env = os.environ.get("GPUAUG_DEVICE")
     if env:
-        try:
-            return _checked(torch.device(env), "GPUAUG_DEVICE")
-        except RuntimeError:
-            raise ValueError(f"GPUAUG_DEVICE should name a torch device (cpu, cuda, cuda:1, ...), got {env!r}") from None
+        return _checked(_parse(env, "GPUAUG_DEVICE"), "GPUAUG_DEVICE")
     if not torch.cuda.is_available():
         return torch.device("cpu")
     count = torch.cuda.device_count()
@@ -35,6 +32,13 @@ def select_device(device: str | torch.device | None = None) -> torch.device:
             raise ValueError(f"LOCAL_RANK={rank} but only {count} CUDA device(s) are visible")
         return torch.device("cuda", rank)
     return torch.device("cuda", os.getpid() % count)
+
+
+def _parse(device, source: str) -> torch.device:
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"{source} should name a torch device (cpu, cuda, cuda:1, ...), got {device!r}") from None
 
 
 def _checked(device: torch.device, source: str) -> torch.device:

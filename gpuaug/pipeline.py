@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from numbers import Integral
 
 import torch
 from torch import Tensor, nn
@@ -38,6 +39,7 @@ class Pipeline(nn.Module):
         dtype: compute and output dtype; ``None`` means float16 on CUDA and float32 on CPU. Hue
             and the rotation's sampling always run in float32 (so no half-precision
             ``grid_sample``, which crashes torch 2.14 on one CPU thread), then cast back.
+            ``pipeline.to(dtype)``, ``.half()``, ``.bfloat16()``, ``.float()`` set it too.
         seed: seed of the pipeline's own generator; ``None`` draws one from torch's global RNG
             (so ``torch.manual_seed`` makes it repeatable too).
         channels_last: return channels-last memory format.
@@ -62,8 +64,6 @@ class Pipeline(nn.Module):
         for op in ops:
             if not isinstance(op, Op):
                 raise TypeError(f"Pipeline expects gpuaug ops, got {type(op).__name__}: {op!r}")
-        if dtype is not None and dtype not in _FLOAT_DTYPES:
-            raise TypeError(f"dtype should be one of {[str(d) for d in _FLOAT_DTYPES]}, got {dtype}")
         self._check_order(ops)
         self.ops = nn.ModuleList(ops)
         # The three stages, fixed at construction: crop/resize/flip ops before any rotation are
@@ -72,9 +72,9 @@ class Pipeline(nn.Module):
         self._resample_ops = [op for op in ops[:first_rotation] if isinstance(op, GeometricOp)]
         self._warp_ops = [op for op in ops[first_rotation:] if isinstance(op, GeometricOp)]
         self._color_ops = [op for op in ops if isinstance(op, ColorOp)]
-        self.dtype = dtype
+        self.dtype = _checked_dtype(dtype)
         self.channels_last = bool(channels_last)
-        self.seed = int(torch.randint(0, 2**62, (1,)).item()) if seed is None else int(seed)
+        self.seed = int(torch.randint(0, 2**62, (1,)).item()) if seed is None else _checked_seed(seed)
         self._generator: torch.Generator | None = None
         self.register_buffer("_anchor", torch.empty(0, device=select_device(device)), persistent=False)
         # Op buffers (Normalize's mean and std) live where the work runs: copying them per batch
@@ -103,8 +103,34 @@ class Pipeline(nn.Module):
 
     def manual_seed(self, seed: int) -> Pipeline:
         """Restart the pipeline's random stream from ``seed``."""
-        self.seed, self._generator = int(seed), None
+        self.seed, self._generator = _checked_seed(seed), None
         return self
+
+    def to(self, *args, **kwargs) -> Pipeline:
+        """Move the pipeline to a device and/or set its compute and output dtype, as
+        ``nn.Module.to`` takes them: ``pipeline.to("cuda:1")``, ``pipeline.to(torch.bfloat16)``,
+        ``pipeline.to("cuda", torch.float16)``. A dtype sets :attr:`dtype`; the ops' own buffers
+        (``Normalize``'s mean and std) stay float32, so casting never rounds them."""
+        device, dtype, non_blocking, _ = torch._C._nn._parse_to(*args, **kwargs)
+        if dtype is not None:
+            self.dtype = _checked_dtype(dtype)
+        return super().to(device, non_blocking=non_blocking) if device is not None else self
+
+    def half(self) -> Pipeline:
+        """Compute and return float16 (``self.to(torch.float16)``)."""
+        return self.to(torch.float16)
+
+    def bfloat16(self) -> Pipeline:
+        """Compute and return bfloat16 (``self.to(torch.bfloat16)``)."""
+        return self.to(torch.bfloat16)
+
+    def float(self) -> Pipeline:
+        """Compute and return float32 (``self.to(torch.float32)``)."""
+        return self.to(torch.float32)
+
+    def double(self) -> Pipeline:
+        """Compute and return float64 (``self.to(torch.float64)``)."""
+        return self.to(torch.float64)
 
     def _get_generator(self) -> torch.Generator:
         if self._generator is None or self._generator.device != self.device:
@@ -442,6 +468,18 @@ def _take(items: list | Tensor, part: slice | Tensor) -> list | Tensor:
     if not isinstance(items, Tensor):
         return [items[i] for i in part.tolist()]
     return items.index_select(0, part.to(items.device))
+
+
+def _checked_dtype(dtype) -> torch.dtype | None:
+    if dtype is not None and dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"dtype should be None or one of {[str(d) for d in _FLOAT_DTYPES]}, got {dtype}")
+    return dtype
+
+
+def _checked_seed(seed) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, (int, Integral)):
+        raise TypeError(f"seed should be an int (or None), got {type(seed).__name__}: {seed!r}")
+    return int(seed)
 
 
 def _check_image_tensor(x: Tensor, what: str) -> None:

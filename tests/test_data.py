@@ -254,6 +254,11 @@ def test_bad_arguments():
         ImageFolder("/nonexistent/folder")
     with pytest.raises(ValueError, match="prefetch"):
         ga.DeviceLoader([], device="cpu", prefetch=0)
+    for batch, words in (({"image": torch.zeros(1, 3, 4, 4)}, "got dict"),
+                         ((torch.zeros(1, 3, 4, 4),), "a tuple of 1 items"),
+                         (torch.zeros(2, 3, 4, 4), r"a tensor of shape \(2, 3, 4, 4\)")):
+        with pytest.raises(TypeError, match=f"expects batches of \\(images, labels\\).*{words}"):
+            next(iter(ga.DeviceLoader([batch], device="cpu")))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

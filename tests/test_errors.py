@@ -126,6 +126,11 @@ def test_bad_op_arguments_raise_what_torchvision_raises(name, args, kwargs):
         (lambda: ga.Pipeline(ga.Normalize((0.5,), (0.5,)), ga.ColorJitter(0.1), device="cpu"), ValueError),
         (lambda: ga.Pipeline(ga.RandomRotation(10), ga.Resize(32), device="cpu"), ValueError),
         (lambda: ga.Pipeline(ga.RandomResizedCrop(32), device="cpu", dtype=torch.int32), TypeError),
+        (lambda: ga.Pipeline(ga.RandomResizedCrop(32), device="cpu", seed="42"), TypeError),
+        (lambda: ga.Pipeline(ga.RandomResizedCrop(32), device="cpu", seed=1.5), TypeError),
+        (lambda: ga.Pipeline(ga.RandomResizedCrop(32), device="cpu").manual_seed(None), TypeError),
+        (lambda: ga.Pipeline(ga.RandomResizedCrop(32), device="cpu").to(torch.int32), TypeError),
+        (lambda: ga.Pipeline(ga.RandomResizedCrop(32), device="tpu"), ValueError),
     ],
 )
 def test_bad_construction(make, error):
@@ -178,3 +183,21 @@ def test_normalize_follows_a_loaded_or_edited_std():
     with torch.no_grad():
         norm.std[0] = 0.125
     assert torch.allclose(pipe(x)[0, 0], torch.full((2, 2), 2.0))
+
+
+def test_to_and_half_set_the_dtype_and_keep_buffers_float32():
+    x = torch.randint(0, 256, (4, 3, 40, 50), dtype=torch.uint8)
+    ops = lambda: (ga.RandomResizedCrop(16), ga.ColorJitter(0.4, 0.4, 0.4, 0.1),  # noqa: E731
+                   ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD))
+    for cast, dtype in ((lambda p: p.half(), torch.float16), (lambda p: p.bfloat16(), torch.bfloat16),
+                        (lambda p: p.double(), torch.float64), (lambda p: p.to("cpu", torch.float16), torch.float16),
+                        (lambda p: p.to(dtype=torch.bfloat16), torch.bfloat16)):
+        p = ga.Pipeline(*ops(), device="cpu", seed=3)
+        assert cast(p) is p and p.dtype == dtype and p.device == torch.device("cpu")
+        assert p.ops[-1].mean.dtype == p.ops[-1].std.dtype == torch.float32
+        expected = ga.Pipeline(*ops(), device="cpu", seed=3, dtype=dtype)(x)
+        out = p(x)
+        assert out.dtype == dtype and torch.equal(out, expected)
+    p = ga.Pipeline(*ops(), device="cpu", dtype=torch.float16).float()
+    assert p(x).dtype == torch.float32
+    assert p.to("meta").device == torch.device("meta") and p.dtype == torch.float32

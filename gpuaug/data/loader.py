@@ -139,9 +139,11 @@ class DeviceLoader:
     def _prepare(self, batch):
         if isinstance(batch, Batch):
             images, labels, bad = batch
+        elif isinstance(batch, (tuple, list)) and len(batch) == 2:
+            (images, labels), bad = batch, []
         else:
-            images, labels = batch
-            bad = []
+            raise TypeError(f"DeviceLoader expects batches of (images, labels) or gpuaug.data.Batch "
+                            f"(collate_fn=gpuaug.data.collate), got {_describe(batch)}")
         for b in bad:
             self._bad(b)
         images, keep = self._to_device(images)
@@ -203,3 +205,11 @@ class DeviceLoader:
             except DecodeError as err:
                 self._bad(BadFile(err.path, err.cause))
         return results
+
+
+def _describe(batch) -> str:
+    if isinstance(batch, (tuple, list)):
+        return f"a {type(batch).__name__} of {len(batch)} items"
+    if isinstance(batch, torch.Tensor):
+        return f"a tensor of shape {tuple(batch.shape)}"
+    return type(batch).__name__
