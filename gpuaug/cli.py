@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
+import os
 import sys
 
 
@@ -35,6 +38,17 @@ def main(argv: list[str] | None = None) -> int:
     pack.add_argument("dst")
     pack.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
+    if args.command == "bench" and args.loader and args.plot:
+        parser.error("--plot draws the augmentation benchmark; --loader has no chart (use --json)")
+    # Output paths are checked before a run of minutes, not after it.
+    for flag in ("json", "plot"):
+        path = getattr(args, flag, None)
+        if path is not None:
+            problem = _unwritable(path)
+            if problem:
+                parser.error(f"--{flag} {path}: {problem}")
+    if getattr(args, "plot", None) and importlib.util.find_spec("matplotlib") is None:
+        parser.error("--plot needs matplotlib: pip install 'gpuaug[plot]'")
 
     if args.command == "bench" and args.loader:
         from . import bench_loader
@@ -50,8 +64,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"gpuaug bench: {e}", file=sys.stderr)
             return 2
         if args.json:
-            import json
-
             with open(args.json, "w") as f:
                 json.dump({"rows": rows}, f, indent=2)
         print(bench_loader.format_table(rows))
@@ -83,8 +95,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"gpuaug profile: {e}", file=sys.stderr)
             return 2
         if args.json:
-            import json
-
             with open(args.json, "w") as f:
                 json.dump(report, f, indent=2)
         print(profile.format_report(report))
@@ -98,6 +108,18 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"packed {count} videos into {args.dst}")
     return 0
+
+
+def _unwritable(path: str) -> str | None:
+    """Why ``path`` cannot be written, or None."""
+    if os.path.isdir(path):
+        return "is a directory"
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        return f"folder {parent!r} does not exist"
+    if not os.access(parent, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        return "not writable"
+    return None
 
 
 if __name__ == "__main__":

@@ -38,6 +38,25 @@ def test_bench_rejects_bad_arguments():
         main(["frobnicate"])
 
 
+@pytest.mark.parametrize("args", [["bench", "--quick"], ["bench", "--loader", "--quick"], ["profile", "."]])
+def test_unwritable_output_paths_fail_before_the_run(args, tmp_path, monkeypatch, capsys):
+    def no_run(*a, **k):
+        raise AssertionError("ran before checking its output paths")
+
+    for module in ("gpuaug.bench", "gpuaug.bench_loader", "gpuaug.profile"):
+        monkeypatch.setattr(f"{module}.run", no_run)
+    for flag, path, words in (("--json", tmp_path / "missing" / "x.json", "does not exist"),
+                              ("--json", tmp_path, "is a directory"),
+                              ("--plot", tmp_path / "missing" / "x.png", "does not exist")):
+        if flag == "--plot" and args[0] == "profile":
+            continue
+        if flag == "--plot" and "--loader" in args:
+            words = "--loader has no chart"
+        with pytest.raises(SystemExit) as e:
+            main([*args, flag, str(path)])
+        assert e.value.code == 2 and words in capsys.readouterr().err
+
+
 def test_sample_images_are_ragged_real_photos():
     photos = ga.sample_images()
     assert len(photos) == 6 and len({tuple(p.shape) for p in photos}) > 3
