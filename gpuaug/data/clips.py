@@ -132,9 +132,9 @@ def read_pack(path: str, indices: list[int]) -> list[torch.Tensor]:
         magic, version, n = _HEADER.unpack(head)
         if magic != PACK_MAGIC or version != PACK_VERSION:
             raise DecodeError(path, f"not a gpuaug pack file (magic {magic!r}, version {version})")
+        if n == 0 or _HEADER.size + 8 * (n + 1) > size:  # checked before reading: n may be garbage
+            raise DecodeError(path, f"truncated pack index ({n} frames announced, file has {size} bytes)")
         table = f.read(8 * (n + 1))
-        if len(table) < 8 * (n + 1) or n == 0:
-            raise DecodeError(path, f"truncated pack index ({n} frames announced)")
         offsets = struct.unpack(f"<{n + 1}Q", table)
         if any(b < a for a, b in zip(offsets, offsets[1:])) or offsets[-1] != size:
             raise DecodeError(path, f"corrupt pack index or truncated file (index ends at {offsets[-1]}, file has {size} bytes)")
