@@ -147,6 +147,11 @@ class Pipeline(nn.Module):
     # ---- the per-batch path: no host sync, no per-sample loop over pixels -----------------------
 
     def forward(self, images, params: list[Params] | None = None, return_params: bool = False):
+        if self.device.type in ("cpu", "cuda") and torch.is_autocast_enabled(self.device.type):
+            # The output's precision is the pipeline's dtype: under autocast the warp matrices'
+            # products and the torch color kernels' matmuls would run in float16/bfloat16.
+            with torch.autocast(self.device.type, enabled=False):
+                return self.forward(images, params, return_params)
         items, sizes, frames, is_clip = self._inspect(images)
         n = len(items) // frames
         if params is None:

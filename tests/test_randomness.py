@@ -108,6 +108,21 @@ def test_output_dtype_layout_and_range(photos):
     assert half.dtype == torch.float16
 
 
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_autocast_around_the_pipeline_changes_nothing(small_photos, native, monkeypatch):
+    """Under autocast the warp matrices' product and the torch color kernels' matmuls would run in
+    bfloat16 (0.35 off in normalized units, and a bfloat16 output from a float32 pipeline)."""
+    monkeypatch.setenv("GPUAUG_NATIVE", native)
+    pipe = ga.Pipeline(ga.RandomResizedCrop(96), ga.RandomRotation(20), ga.RandomHorizontalFlip(p=1.0),
+                       ga.ColorJitter(0.4, 0.4, 0.4, 0.1), ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD),
+                       device="cpu", seed=0)
+    ref, params = pipe(small_photos, return_params=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = pipe(small_photos, params=params)
+        assert torch.is_autocast_enabled("cpu")  # left as the caller had it
+    assert out.dtype == torch.float32 and torch.equal(out, ref)
+
+
 def test_half_precision_with_one_thread_no_crash_and_within_4_of_255(photos):
     """CPU float16 grid_sample segfaults with one thread in torch 2.14: the warp samples in float32."""
     threads = torch.get_num_threads()
