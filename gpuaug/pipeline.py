@@ -146,6 +146,7 @@ class Pipeline(nn.Module):
 
     # ---- the per-batch path: no host sync, no per-sample loop over pixels -----------------------
 
+    @torch.no_grad()  # not differentiable: float input that requires grad gives an output that does not
     def forward(self, images, params: list[Params] | None = None, return_params: bool = False):
         if self.device.type in ("cpu", "cuda") and torch.is_autocast_enabled(self.device.type):
             # The output's precision is the pipeline's dtype: under autocast the warp matrices'
@@ -303,7 +304,8 @@ class Pipeline(nn.Module):
                         x[i] = x[i].flip(dim)
             x = x.to(dt).mul_(1 / 255)
         elif plan["resample"] is None:
-            x = x.to(dt)
+            # With no warp and no color op after it, a float input would come back as itself.
+            x = x.to(dt, copy=warp is None and not self._color_ops)
             if uint8:
                 x = x.mul_(1 / 255)
         else:

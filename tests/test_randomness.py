@@ -123,6 +123,19 @@ def test_autocast_around_the_pipeline_changes_nothing(small_photos, native, monk
     assert out.dtype == torch.float32 and torch.equal(out, ref)
 
 
+@pytest.mark.parametrize("ops", [(), (ga.ColorJitter(0.4, 0.4, 0.4, 0.1),), (ga.RandomResizedCrop(32),),
+                                 (ga.RandomRotation(10), ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD))],
+                         ids=["no ops", "color", "crop", "rotation+normalize"])
+def test_output_is_new_memory_without_grad(small_photos, ops):
+    x = torch.stack([to_float(small_photos[0])] * 2).requires_grad_()
+    for images in (x, x[None]):  # a batch, and the same as one clip
+        before = images.detach().clone()
+        out = ga.Pipeline(*ops, device="cpu", seed=0)(images)
+        assert not out.requires_grad and out.data_ptr() != images.data_ptr()
+        out.detach().add_(1)
+        assert torch.equal(images.detach(), before)
+
+
 def test_half_precision_with_one_thread_no_crash_and_within_4_of_255(photos):
     """CPU float16 grid_sample segfaults with one thread in torch 2.14: the warp samples in float32."""
     threads = torch.get_num_threads()
