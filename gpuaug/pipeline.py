@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from numbers import Integral
 
@@ -64,6 +65,9 @@ class Pipeline(nn.Module):
         for op in ops:
             if not isinstance(op, Op):
                 raise TypeError(f"Pipeline expects gpuaug ops, got {type(op).__name__}: {op!r}")
+        # An op listed twice runs twice with its own draws, as in torchvision's Compose: each
+        # position gets its own object (params are kept per op object).
+        ops = tuple(copy.deepcopy(op) if any(op is other for other in ops[:i]) else op for i, op in enumerate(ops))
         self._check_order(ops)
         self.ops = nn.ModuleList(ops)
         # The three stages, fixed at construction: crop/resize/flip ops before any rotation are

@@ -136,6 +136,15 @@ def test_output_is_new_memory_without_grad(small_photos, ops):
         assert torch.equal(images.detach(), before)
 
 
+def test_an_op_listed_twice_draws_twice(small_photos):
+    flip = ga.RandomHorizontalFlip()
+    x = torch.stack([to_float(small_photos[0])] * 64)
+    out, params = ga.Pipeline(flip, flip, device="cpu", seed=0)(x, return_params=True)
+    flipped = params[0]["flip"] != params[1]["flip"]  # flipped once: mirrored; twice or never: as it was
+    assert 0 < flipped.sum() < 64
+    assert torch.equal(out[~flipped], x[~flipped]) and torch.equal(out[flipped], x[flipped].flip(-1))
+
+
 def test_half_precision_with_one_thread_no_crash_and_within_4_of_255(photos):
     """CPU float16 grid_sample segfaults with one thread in torch 2.14: the warp samples in float32."""
     threads = torch.get_num_threads()
