@@ -102,6 +102,8 @@ BAD_ARGS = [
     ("RandomResizedCrop", (224,), {"ratio": 1.0}),
     ("RandomResizedCrop", ((1, 2, 3),), {}),
     ("CenterCrop", ((1, 2, 3),), {}),
+    ("RandomHorizontalFlip", ("0.5",), {}),
+    ("Resize", (None,), {}),
 ]
 
 
@@ -131,6 +133,15 @@ def test_bad_op_arguments_raise_what_torchvision_raises(name, args, kwargs):
         (lambda: ga.Pipeline(ga.RandomResizedCrop(32), device="cpu").manual_seed(None), TypeError),
         (lambda: ga.Pipeline(ga.RandomResizedCrop(32), device="cpu").to(torch.int32), TypeError),
         (lambda: ga.Pipeline(ga.RandomResizedCrop(32), device="tpu"), ValueError),
+        # torchvision takes these, then fails when drawing (RuntimeError) or draws inf/nan factors
+        (lambda: ga.RandomRotation((10, -10)), ValueError),
+        (lambda: ga.RandomRotation(float("nan")), ValueError),
+        (lambda: ga.RandomRotation(float("inf")), ValueError),
+        (lambda: ga.ColorJitter(brightness=float("inf")), ValueError),
+        (lambda: ga.ColorJitter(saturation=(0.5, float("inf"))), ValueError),
+        (lambda: ga.RandomResizedCrop(8, scale=(0.5, float("inf"))), ValueError),
+        (lambda: ga.RandomResizedCrop(8, ratio=(float("nan"), 1.0)), ValueError),
+        (lambda: ga.RandomResizedCrop(8, scale=("0.1", "1")), TypeError),
     ],
 )
 def test_bad_construction(make, error):
@@ -201,3 +212,9 @@ def test_to_and_half_set_the_dtype_and_keep_buffers_float32():
     p = ga.Pipeline(*ops(), device="cpu", dtype=torch.float16).float()
     assert p(x).dtype == torch.float32
     assert p.to("meta").device == torch.device("meta") and p.dtype == torch.float32
+
+
+def test_rotation_fill_none_means_zero_as_in_torchvision(small_photos):
+    x = torch.stack([small_photos[0]] * 2)
+    outs = [ga.Pipeline(ga.RandomRotation((30, 30), fill=f), device="cpu")(x) for f in (None, 0)]
+    assert torch.equal(*outs)

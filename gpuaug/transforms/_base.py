@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -94,9 +95,22 @@ class Op(nn.Module):
 
 
 def check_probability(p) -> float:
-    if not isinstance(p, numbers.Real) or not 0.0 <= p <= 1.0:
+    if not isinstance(p, numbers.Real) or isinstance(p, bool):
+        raise TypeError(f"`p` should be a floating point value in the interval [0.0, 1.0], got {type(p).__name__}")
+    if not 0.0 <= p <= 1.0:
         raise ValueError("`p` should be a floating point value in the interval [0.0, 1.0].")
     return float(p)
+
+
+def check_range(values, name: str) -> tuple[float, float]:
+    """Two finite numbers ``(min, max)`` with ``min <= max`` (torchvision would fail only when
+    drawing from them, with a RuntimeError, or silently draw inf/nan)."""
+    if isinstance(values, str) or not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values):
+        raise TypeError(f"{name} should be numbers (min, max), got {values!r}")
+    lo, hi = float(values[0]), float(values[1])
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+        raise ValueError(f"{name} should be finite numbers (min, max) with min <= max, got {tuple(values)}")
+    return lo, hi
 
 
 def setup_size(size, error_msg: str = "Please provide only two dimensions (h, w) for size.") -> tuple[int, int]:
@@ -131,4 +145,6 @@ def setup_range(value, name: str, center: float = 1.0, bound=(0, float("inf")), 
         raise TypeError(f"{name}={value!r} should be a single number or a sequence with length 2.")
     if not bound[0] <= value[0] <= value[1] <= bound[1]:
         raise ValueError(f"{name} values should be between {bound}, but got {value}.")
+    if not math.isfinite(value[1]):  # torchvision takes it, then draws inf factors
+        raise ValueError(f"{name} values should be finite, but got {value}.")
     return None if value[0] == value[1] == center else (float(value[0]), float(value[1]))

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from ..functional.geometry import flip_matrix, rotation_matrix
-from ._base import Draw, Op, Params, Sizes, check_probability, setup_size, to_device
+from ._base import Draw, Op, Params, Sizes, check_probability, check_range, setup_size, to_device
 
 
 class AxisMap:
@@ -100,11 +100,10 @@ class RandomResizedCrop(GeometricOp):
             raise TypeError(f"Scale should be a sequence of two numbers (min, max), got {scale!r}")
         if not isinstance(ratio, Sequence) or len(ratio) != 2:
             raise TypeError(f"Ratio should be a sequence of two numbers (min, max), got {ratio!r}")
-        if scale[0] > scale[1] or ratio[0] > ratio[1]:
-            raise ValueError(f"Scale and ratio should be of kind (min, max), got scale={scale}, ratio={ratio}")
+        scale, ratio = check_range(scale, "scale"), check_range(ratio, "ratio")
         if scale[0] <= 0 or ratio[0] <= 0:
             raise ValueError(f"scale and ratio must be positive, got scale={scale}, ratio={ratio}")
-        self.scale, self.ratio, self.antialias = (float(scale[0]), float(scale[1])), (float(ratio[0]), float(ratio[1])), antialias
+        self.scale, self.ratio, self.antialias = scale, ratio, antialias
 
     def extra_repr(self) -> str:
         return f"size={self.size}, scale={self.scale}, ratio={tuple(round(r, 4) for r in self.ratio)}, antialias={self.antialias}"
@@ -163,6 +162,8 @@ class Resize(GeometricOp):
 
     def __init__(self, size, antialias: bool = True):
         super().__init__()
+        if size is None:  # torchvision's error: size=None needs max_size, which gpuaug's Resize does not have
+            raise ValueError("size must be an int or a sequence of one or two ints (gpuaug's Resize has no max_size)")
         if isinstance(size, numbers.Integral) and not isinstance(size, bool):
             if size <= 0:
                 raise ValueError(f"size should be a positive integer, got {size}")
@@ -280,7 +281,9 @@ class RandomRotation(GeometricOp):
             raise TypeError("degrees should be a sequence of length 2.")
         elif len(degrees) != 2:
             raise ValueError("degrees should be a sequence of length 2.")
-        self.degrees = (float(degrees[0]), float(degrees[1]))
+        self.degrees = check_range(degrees, "degrees")
+        if fill is None:  # torchvision's default meaning: 0
+            fill = 0
         if isinstance(fill, numbers.Number):
             fill = [float(fill)]
         elif not isinstance(fill, Sequence) or not all(isinstance(f, numbers.Number) for f in fill):
