@@ -148,6 +148,30 @@ def test_dataloader_with_two_workers(folder, method):
     assert loader.stats.images_per_s > 0 and loader.stats.wait_per_batch_ms >= 0
 
 
+@pytest.mark.parametrize("labels", [
+    [1, 2, 3], [0.5, 1.5, 2.5], [torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0]), torch.tensor([1.0, 1.0])],
+    [{"y": 1, "name": "a"}, {"y": 2, "name": "b"}, {"y": 3, "name": "c"}], ["a", "b", "c"],
+    [(1, torch.ones(4)), (2, 2 * torch.ones(4)), (3, 3 * torch.ones(4))]], ids=["int", "float", "multi-hot", "dict",
+                                                                                 "str", "tuple"])
+def test_labels_of_any_kind_collate_as_default_collate_and_skip_with_their_image(labels, photos):
+    """Labels follow DataLoader's default_collate; a skipped file takes its label with it."""
+    items = [(photos[0], labels[0]), (BadFile("bad.jpg", "broken"), labels[1]), (photos[1], labels[2])]
+    loader = ga.DeviceLoader([collate(items)], device="cpu", on_error="skip")
+    with pytest.warns(RuntimeWarning, match="bad.jpg"):
+        (images, got), = list(loader)
+    expected = torch.utils.data.default_collate([labels[0], labels[2]])
+    assert len(images) == 2 and loader.stats.images == 2
+
+    def same(a, b):
+        if isinstance(a, torch.Tensor):
+            return torch.equal(a, b)
+        if isinstance(a, dict):
+            return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b)) if isinstance(a, (list, tuple)) else a == b
+
+    assert same(got, expected), (got, expected)
+
+
 def test_packed_images_behave_as_a_read_only_list(photos):
     import copy
     import pickle

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
+from torch.utils.data import default_collate
 
 from ..packed import PackedImages, PackedTensors, worker_output
 from .datasets import BadFile, Encoded
@@ -45,12 +46,13 @@ class Batch(NamedTuple):
     ``images``: a uint8 ``(B, 3, H, W)`` tensor when all sizes agree, else a
     :class:`gpuaug.PackedImages` (a read-only sequence of ``(3, H_i, W_i)`` images in one buffer);
     with ``decode="gpu"``, an :class:`EncodedBatch` (JPEG bytes, and any image decoded in the
-    worker, in one buffer); ``labels``: int64 ``(B,)``; ``bad``: the :class:`BadFile` records of
+    worker, in one buffer); ``labels``: int64 ``(B,)`` for int labels (any other kind as
+    ``torch.utils.data.default_collate`` collates it: tensors stacked, dicts per key); ``bad``: the :class:`BadFile` records of
     files dropped from this batch.
     """
 
     images: torch.Tensor | PackedImages | EncodedBatch
-    labels: torch.Tensor
+    labels: Any
     bad: list
 
 
@@ -67,7 +69,9 @@ def collate(items) -> Batch:
     good = [(img, y) for img, y in items if not isinstance(img, BadFile)]
     bad = [img for img, _ in items if isinstance(img, BadFile)]
     images = [img for img, _ in good]
-    labels = torch.tensor([int(y) for _, y in good], dtype=torch.int64)
+    # Labels as DataLoader's default_collate makes them: ints -> int64 (B,), tensors stacked,
+    # dicts and tuples collated per field, strings kept as a list.
+    labels = default_collate([y for _, y in good]) if good else torch.empty(0, dtype=torch.int64)
     if any(isinstance(i, Encoded) for i in images):
         images = EncodedBatch.pack(images)
     elif images and all(isinstance(i, torch.Tensor) for i in images):

@@ -46,7 +46,7 @@ class ImageFiles(Dataset):
 
     Args:
         paths: image files.
-        labels: one int per path, or None (labels are then -1).
+        labels: one label per path (an int, or anything ``default_collate`` takes), or None (-1).
         decode: ``"cpu"`` decodes in the worker; ``"gpu"`` returns JPEG bytes for the loader to decode
             on the device (other formats are still decoded in the worker).
         on_error: ``"raise"`` or ``"skip"``, applied by :class:`gpuaug.DeviceLoader`.

@@ -123,7 +123,7 @@ class DeviceLoader:
             if ready is not None:
                 images, labels = ready
                 held = [images.flat] if isinstance(images, PackedImages) else images if isinstance(images, list) else [images]
-                for t in [*held, labels]:
+                for t in [*held, *_tensors(labels)]:
                     t.record_stream(main)  # the side stream must not reuse this memory early
                 yield ready
 
@@ -147,15 +147,15 @@ class DeviceLoader:
         for b in bad:
             self._bad(b)
         images, keep = self._to_device(images)
-        if keep is not None:
-            labels = labels[torch.tensor(keep, dtype=torch.long)] if len(keep) != len(labels) else labels
-        if len(labels) == 0:
+        if len(images) == 0:
             return None  # every file of this batch was bad: nothing to train on
-        labels = self._copy(labels)
+        if keep is not None:
+            labels = _select(labels, keep)
+        labels = _map_tensors(labels, self._copy)
         if self.pipeline is not None:
             images = self.pipeline(images)
         self.stats.batches += 1
-        self.stats.images += len(labels)
+        self.stats.images += len(images)
         return images, labels
 
     def _to_device(self, images):
@@ -213,3 +213,36 @@ def _describe(batch) -> str:
     if isinstance(batch, torch.Tensor):
         return f"a tensor of shape {tuple(batch.shape)}"
     return type(batch).__name__
+
+
+def _select(labels, keep: list[int]):
+    """The labels of the kept samples: a tensor's rows, a list's items, each field of a dict/tuple."""
+    if isinstance(labels, torch.Tensor):
+        return labels[torch.tensor(keep, dtype=torch.long)]
+    if isinstance(labels, dict):
+        return {k: _select(v, keep) for k, v in labels.items()}
+    if isinstance(labels, (list, tuple)) and all(isinstance(v, (str, bytes)) for v in labels):
+        return [labels[i] for i in keep]  # default_collate keeps strings as a per-sample list
+    if isinstance(labels, (list, tuple)):  # else its lists and tuples are per field
+        fields = [_select(v, keep) for v in labels]
+        return type(labels)(*fields) if hasattr(labels, "_fields") else type(labels)(fields)
+    return labels
+
+
+def _map_tensors(labels, fn):
+    """``fn`` applied to every tensor in nested dicts, lists and tuples."""
+    if isinstance(labels, torch.Tensor):
+        return fn(labels)
+    if isinstance(labels, dict):
+        return {k: _map_tensors(v, fn) for k, v in labels.items()}
+    if isinstance(labels, tuple) and hasattr(labels, "_fields"):
+        return type(labels)(*(_map_tensors(v, fn) for v in labels))
+    if isinstance(labels, (list, tuple)):
+        return type(labels)(_map_tensors(v, fn) for v in labels)
+    return labels
+
+
+def _tensors(labels) -> list[torch.Tensor]:
+    found = []
+    _map_tensors(labels, found.append)
+    return found
