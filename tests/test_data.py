@@ -274,6 +274,8 @@ def test_bad_arguments():
         ImageFiles([], decode="tpu")
     with pytest.raises(ValueError, match="labels"):
         ImageFiles(["a.jpg"], labels=[1, 2])
+    with pytest.raises(TypeError, match="list of image files"):
+        ImageFiles("a.jpg")  # would be five "files": 'a', '.', 'j', 'p', 'g'
     with pytest.raises(FileNotFoundError):
         ImageFolder("/nonexistent/folder")
     with pytest.raises(ValueError, match="prefetch"):

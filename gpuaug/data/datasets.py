@@ -59,6 +59,9 @@ class ImageFiles(Dataset):
             raise ValueError(f"decode should be one of {_DECODERS}, got {decode!r}")
         if on_error not in _POLICIES:
             raise ValueError(f"on_error should be one of {_POLICIES}, got {on_error!r}")
+        if isinstance(paths, (str, bytes, os.PathLike)):
+            raise TypeError(f"paths should be a list of image files, got one {type(paths).__name__}: {paths!r} "
+                            f"(ImageFiles([path]) for one file, ImageFolder(root) for a folder)")
         self.paths = [str(p) for p in paths]
         if labels is not None and len(labels) != len(self.paths):
             raise ValueError(f"labels should have one entry per path: {len(labels)} labels for {len(self.paths)} paths")
