@@ -29,7 +29,9 @@ def select_device(device: str | torch.device | None = None) -> torch.device:
         except ValueError:
             raise ValueError(f"LOCAL_RANK should be an integer, got {local_rank!r}") from None
         if not 0 <= rank < count:
-            raise ValueError(f"LOCAL_RANK={rank} but only {count} CUDA device(s) are visible")
+            raise ValueError(f"LOCAL_RANK={rank} but only {count} CUDA device(s) are visible (CUDA_VISIBLE_DEVICES="
+                             f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): pass device= to the Pipeline "
+                             f"or set GPUAUG_DEVICE")
         return torch.device("cuda", rank)
     return torch.device("cuda", os.getpid() % count)
 
