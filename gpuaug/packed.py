@@ -20,23 +20,25 @@ from torch import Tensor
 class PackedTensors(Sequence):
     """Tensors of one dtype and different shapes, stored back to back (each C-contiguous) in one
     1-D tensor ``flat``: a read-only sequence whose item ``i`` is a view into ``flat``, made on
-    access. The base of :class:`PackedImages`; ``NDIM`` fixes the items' dimensions (None: any).
+    access. The base of :class:`PackedImages`; ``NDIMS`` lists the dimensions items may have, all
+    items alike (None: any).
 
     Args:
         flat: 1-D tensor holding every item's elements.
         shapes: each item's shape, in order.
     """
 
-    NDIM: int | None = None
+    NDIMS: tuple[int, ...] | None = None
     NOUN = "items"  # what the repr counts
+    SHAPES = "one shape per item"  # what shapes must be, for errors
 
     def __init__(self, flat: Tensor, shapes: Sequence[Sequence[int]]):
         if not isinstance(flat, Tensor) or flat.dim() != 1:
             raise ValueError(f"expected a 1-D tensor for flat, got "
                              f"{tuple(flat.shape) if isinstance(flat, Tensor) else type(flat).__name__}")
         shapes = tuple(tuple(int(d) for d in s) for s in shapes)
-        if self.NDIM is not None and any(len(s) != self.NDIM for s in shapes):
-            raise ValueError(f"expected one (C, H, W) per image in shapes, got {shapes}")
+        if self.NDIMS is not None and (len({len(s) for s in shapes}) > 1 or any(len(s) not in self.NDIMS for s in shapes)):
+            raise ValueError(f"expected {self.SHAPES} in shapes, got {shapes}")
         offsets, total = [], 0
         for s in shapes:
             offsets.append(total)
@@ -112,31 +114,47 @@ def _restore(cls, state: dict):
 
 class PackedImages(PackedTensors):
     """Images ``(C, H_i, W_i)`` of one dtype, stored back to back (each C-contiguous) in one 1-D
-    tensor ``flat``.
+    tensor ``flat``; or clips ``(T, C, H_i, W_i)`` the same way.
 
-    It is a read-only sequence: ``packed[i]`` is image ``i`` as a view into ``flat``, ``len``,
-    iteration and ``list(packed)`` work as on a list of images, and :class:`gpuaug.Pipeline`
-    takes it wherever it takes a list. Views are made on access, not stored.
+    It is a read-only sequence: ``packed[i]`` is image (or clip) ``i`` as a view into ``flat``,
+    ``len``, iteration and ``list(packed)`` work as on a list of images, and
+    :class:`gpuaug.Pipeline` takes it wherever it takes a list (of clips: one draw per clip).
+    Views are made on access, not stored.
 
     Args:
-        flat: 1-D tensor with ``sum(C * H_i * W_i)`` elements.
-        shapes: one ``(C, H_i, W_i)`` per image, in order.
+        flat: 1-D tensor with ``sum(C * H_i * W_i)`` (clips: ``sum(T_i * C * H_i * W_i)``) elements.
+        shapes: one ``(C, H_i, W_i)`` per image, or one ``(T_i, C, H_i, W_i)`` per clip, in order.
     """
 
-    NDIM = 3
-    NOUN = "images"
+    NDIMS = (3, 4)
+    SHAPES = "one (C, H, W) per image or one (T, C, H, W) per clip, not a mix,"
 
     @classmethod
     def pack(cls, images: Sequence[Tensor]) -> PackedImages:
-        """Concatenate ``(C, H_i, W_i)`` images into one buffer (one copy; in a DataLoader
-        worker, in shared memory)."""
+        """Concatenate ``(C, H_i, W_i)`` images (or ``(T, C, H_i, W_i)`` clips) into one buffer
+        (one copy; in a DataLoader worker, in shared memory)."""
         if not images:
             raise ValueError("expected at least one image to pack, got none")
         for i, t in enumerate(images):
-            if not isinstance(t, Tensor) or t.dim() != 3:
-                raise ValueError(f"expected (C, H, W) tensors to pack, item {i} is "
+            if not isinstance(t, Tensor) or t.dim() not in cls.NDIMS or t.dim() != images[0].dim():
+                raise ValueError(f"expected (C, H, W) images or (T, C, H, W) clips, all alike, to pack: item {i} is "
                                  f"{tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__}")
         return cls(cls.concatenate(images), [tuple(t.shape) for t in images])
+
+    @property
+    def NOUN(self) -> str:  # noqa: N802 (the base class's attribute)
+        return "clips" if self.clips else "images"
+
+    @property
+    def clips(self) -> bool:
+        """Whether the items are clips ``(T, C, H, W)``."""
+        return bool(self.shapes) and len(self.shapes[0]) == 4
+
+    def frames(self) -> PackedImages:
+        """Clips as their frames, in order: the same buffer, one ``(C, H, W)`` item per frame."""
+        if not self.clips:
+            return self
+        return PackedImages(self.flat, [s[1:] for s in self.shapes for _ in range(s[0])])
 
 
 def worker_output(like: Tensor, numel: int) -> Tensor | None:

@@ -48,8 +48,9 @@ class Pipeline(nn.Module):
     Shape:
         - input: uint8 or float ``(B, C, H, W)``, C in {1, 3}; a list of ``(C, H, W)`` tensors of
           different sizes (or a :class:`gpuaug.PackedImages` of them, what
-          :func:`gpuaug.data.collate` gives: read in place on CUDA); or clips ``(B, T, C, H, W)`` (or a list of ``(T, C, H, W)``), one draw per
-          clip shared by its frames.
+          :func:`gpuaug.data.collate` gives: read in place on CUDA); or clips ``(B, T, C, H, W)`` (or a
+          list of ``(T, C, H, W)``, or a :class:`gpuaug.PackedImages` of them), one draw per clip
+          shared by its frames.
         - output: ``(B, C, h, w)`` (``(B, T, C, h, w)`` for clips) in ``dtype``: normalized if the
           pipeline ends with ``Normalize``, else in [0, 1].
 
@@ -374,6 +375,12 @@ class Pipeline(nn.Module):
         if isinstance(images, PackedImages):
             if len(images) == 0:
                 raise ValueError("expected a non-empty batch of images, got an empty PackedImages")
+            if images.clips:  # clips of different sizes: their frames, read in place
+                counts = {s[0] for s in images.shapes}
+                if len(counts) != 1 or 0 in counts:
+                    raise ValueError(f"clips need one (non-zero) frame count, got {[s[0] for s in images.shapes]}")
+                items, sizes, _, _ = self._inspect(images.frames())
+                return items, sizes, images.shapes[0][0], True
             _check_image_tensor(images[0][None], "images")
             shapes = set(images.shapes)
             if len({c for c, _, _ in shapes}) != 1 or any(h == 0 or w == 0 for _, h, w in shapes):

@@ -93,6 +93,39 @@ def test_packed_clips_with_workers_and_one_draw_per_clip(frames_root, tmp_path):
     assert torch.allclose(out[1, 2], frame[0], atol=1e-5)
 
 
+class RaggedClips(torch.utils.data.Dataset):
+    """Clips of 3 frames cut from real photos at different sizes."""
+
+    def __init__(self, photos):
+        self.clips = [torch.stack([p[:, t * 8: t * 8 + 100 + 20 * i, : 150 + 10 * i] for t in range(3)])
+                      for i, p in enumerate(photos)]
+
+    def __len__(self):
+        return len(self.clips)
+
+    def __getitem__(self, i):
+        return self.clips[i], i
+
+
+def test_clips_of_different_sizes_cross_from_workers_as_one_buffer(photos):
+    ds = RaggedClips(photos)
+    dl = DataLoader(ds, batch_size=len(ds), num_workers=1, collate_fn=collate,
+                    multiprocessing_context=multiprocessing.get_context("fork"))
+    (clips, labels, bad), = list(dl)
+    assert isinstance(clips, ga.PackedImages) and clips.clips and len(clips) == len(ds) and bad == []
+    assert "PackedImages(4 clips" in repr(clips)
+    for i, clip in enumerate(clips):
+        assert torch.equal(clip, ds.clips[i]) and clip.untyped_storage().data_ptr() == clips.flat.untyped_storage().data_ptr()
+    frames = clips.frames()  # the same buffer, frame by frame
+    assert len(frames) == 3 * len(ds) and frames.flat is clips.flat and torch.equal(frames[4], ds.clips[1][1])
+    pipe = ga.Pipeline(ga.RandomResizedCrop(48), ga.RandomRotation(10), ga.ColorJitter(0.3, 0.3, 0.3, 0.1),
+                       device="cpu", seed=0)
+    (out, y), = list(ga.DeviceLoader(dl, pipe))
+    assert out.shape == (4, 3, 3, 48, 48) and y.tolist() == [0, 1, 2, 3]
+    _, params = pipe(ds.clips, return_params=True)  # a fresh draw, replayed on the list of clips
+    assert torch.equal(pipe(clips, params=params), pipe(ds.clips, params=params))
+
+
 def test_pack_command_reports_bad_source(tmp_path, capsys):
     assert main(["pack", str(tmp_path / "missing"), str(tmp_path / "out"), "--no-progress"]) == 2
     assert "missing" in capsys.readouterr().err

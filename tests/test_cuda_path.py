@@ -118,11 +118,13 @@ def test_fake_mode_catches_what_it_should():
             bool(x.sum() > 0)
 
 
-@pytest.mark.parametrize("layout", ["batch", "ragged list", "packed", "packed on the host", "clips", "float batch"])
+@pytest.mark.parametrize("layout", ["batch", "ragged list", "packed", "packed on the host", "clips", "packed clips",
+                                    "float batch"])
 def test_cuda_path_has_no_host_sync(photos, fake_cuda, layout):
     batch = torch.stack([p[:, :200, :240] for p in photos])
+    ragged_clips = ga.PackedImages.pack([torch.stack([p, p]) for p in photos[:2]])
     images = {"batch": batch, "ragged list": photos, "clips": batch.view(2, 2, 3, 200, 240),
-              "float batch": batch.float() / 255}.get(layout, ga.PackedImages.pack(photos))
+              "packed clips": ragged_clips, "float batch": batch.float() / 255}.get(layout, ga.PackedImages.pack(photos))
     steps = ops()
     with fake_cuda():
         pipe = ga.Pipeline(*steps, device="cuda", seed=0)
@@ -133,7 +135,7 @@ def test_cuda_path_has_no_host_sync(photos, fake_cuda, layout):
             pipe(images, params=params)  # replay too
     assert copies.found == []
     assert out.device.type == "cuda" and out.dtype == torch.float16
-    assert out.shape[-3:] == (3, 64, 64) and out.shape[0] == (2 if layout == "clips" else 4)
+    assert out.shape[-3:] == (3, 64, 64) and out.shape[0] == (2 if "clips" in layout else 4)
 
 
 def test_cuda_path_resize_and_center_crop_have_no_host_sync(photos, fake_cuda):

@@ -34,6 +34,10 @@ def pipe(*ops):
         (ga.data.EncodedBatch(torch.zeros(4, dtype=torch.uint8), [(4,)], ["a.jpg"]), TypeError,
          "got EncodedBatch (encoded bytes): decode it first"),
         (ga.PackedImages.pack([torch.zeros(3, 8, 8, dtype=torch.int32)] * 2), TypeError, "uint8 or float"),
+        (ga.PackedImages.pack([torch.zeros(2, 3, 8, 8, dtype=torch.uint8), torch.zeros(3, 3, 8, 9, dtype=torch.uint8)]),
+         ValueError, "one (non-zero) frame count"),
+        (ga.PackedImages.pack([torch.zeros(0, 3, 8, 8, dtype=torch.uint8), torch.zeros(0, 3, 8, 9, dtype=torch.uint8)]),
+         ValueError, "frame count"),
         (ga.PackedImages.pack([torch.zeros(4, 8, 8, dtype=torch.uint8)] * 2), ValueError, "1 or 3 channels"),
         (ga.PackedImages.pack([torch.zeros(3, 8, 8, dtype=torch.uint8), torch.zeros(1, 8, 9, dtype=torch.uint8)]),
          ValueError, "one channel count"),
@@ -54,6 +58,8 @@ def test_bad_packed_images():
                         (lambda: ga.PackedImages(torch.zeros(60), [(3, 20)]), "one (C, H, W) per image"),
                         (lambda: ga.PackedImages.pack([]), "at least one image"),
                         (lambda: ga.PackedImages.pack([x, x[0]]), "item 1 is (4, 5)"),
+                        (lambda: ga.PackedImages.pack([x, x[None]]), "item 1 is (1, 3, 4, 5)"),
+                        (lambda: ga.PackedImages(torch.zeros(120), [(3, 4, 5), (1, 3, 4, 5)]), "not a mix"),
                         (lambda: ga.PackedImages.pack([x, x.float()]), "one dtype and device"),
                         (lambda: ga.PackedImages.pack([x, x]).with_flat(torch.zeros(7)), "buffer of shape (120,)")]:
         with pytest.raises(ValueError) as info:

@@ -347,7 +347,8 @@ def test_packed_images_give_what_their_list_gives(photos, kernel_path):
     def ops():
         return [ga.RandomResizedCrop(64), ga.RandomHorizontalFlip(), ga.RandomRotation(15),
                 ga.ColorJitter(0.4, 0.4, 0.4, 0.1), ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD)]
-    for batch in (photos * 2, [photos[1]] * 3):
+    clips = [torch.stack([p, p.flip(-1)]) for p in photos]  # clips of different sizes: one draw per clip
+    for batch in (photos * 2, [photos[1]] * 3, clips, [clips[0]] * 2):
         want, params = run(ops(), batch, seed=5)
         got = ga.Pipeline(*ops(), device="cpu")(ga.PackedImages.pack(batch), params=params)
         assert torch.equal(got, want)

@@ -43,8 +43,9 @@ class EncodedBatch(PackedTensors):
 class Batch(NamedTuple):
     """What :func:`collate` returns.
 
-    ``images``: a uint8 ``(B, 3, H, W)`` tensor when all sizes agree, else a
-    :class:`gpuaug.PackedImages` (a read-only sequence of ``(3, H_i, W_i)`` images in one buffer);
+    ``images``: a uint8 ``(B, 3, H, W)`` tensor (clips: ``(B, T, 3, H, W)``) when all sizes agree,
+    else a :class:`gpuaug.PackedImages` (a read-only sequence of ``(3, H_i, W_i)`` images, or of
+    ``(T, 3, H_i, W_i)`` clips, in one buffer);
     with ``decode="gpu"``, an :class:`EncodedBatch` (JPEG bytes, and any image decoded in the
     worker, in one buffer); ``labels``: int64 ``(B,)`` for int labels (any other kind as
     ``torch.utils.data.default_collate`` collates it: tensors stacked, dicts per key); ``bad``: the :class:`BadFile` records of
@@ -79,6 +80,6 @@ def collate(items) -> Batch:
             out = worker_output(images[0], len(images) * images[0].numel())
             out = None if out is None else out.view(len(images), *images[0].shape)
             images = torch.stack(images, out=out)
-        elif len({(t.dtype, t.dim()) for t in images}) == 1 and images[0].dim() == 3:
+        elif len({(t.dtype, t.dim()) for t in images}) == 1 and images[0].dim() in (3, 4):  # images or clips
             images = PackedImages.pack(images)
     return Batch(images, labels, bad)
