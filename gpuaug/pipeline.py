@@ -119,7 +119,7 @@ class Pipeline(nn.Module):
         device, dtype, non_blocking, _ = torch._C._nn._parse_to(*args, **kwargs)
         if dtype is not None:
             self.dtype = _checked_dtype(dtype)
-        return super().to(device, non_blocking=non_blocking) if device is not None else self
+        return super().to(select_device(device), non_blocking=non_blocking) if device is not None else self
 
     def half(self) -> Pipeline:
         """Compute and return float16 (``self.to(torch.float16)``)."""

@@ -218,6 +218,9 @@ def test_to_and_half_set_the_dtype_and_keep_buffers_float32():
     p = ga.Pipeline(*ops(), device="cpu", dtype=torch.float16).float()
     assert p(x).dtype == torch.float32
     assert p.to("meta").device == torch.device("meta") and p.dtype == torch.float32
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            p.to("cuda")
 
 
 def test_rotation_fill_none_means_zero_as_in_torchvision(small_photos):
