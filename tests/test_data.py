@@ -274,6 +274,11 @@ def test_bad_arguments():
         ImageFiles([], decode="tpu")
     with pytest.raises(ValueError, match="labels"):
         ImageFiles(["a.jpg"], labels=[1, 2])
+    for not_a_tensor in (Image.new("RGB", (8, 8)), np.zeros((8, 8, 3), np.uint8), "a.jpg"):
+        with pytest.raises(TypeError, match=f"uint8 \\(3, H, W\\) tensors.*got {type(not_a_tensor).__name__} at item 0"):
+            collate([(not_a_tensor, 0)])
+    with pytest.raises(TypeError, match="images as tensors.*got str at item 1"):
+        next(iter(ga.DeviceLoader([([torch.zeros(3, 4, 4, dtype=torch.uint8), "b.jpg"], torch.zeros(2))], device="cpu")))
     with pytest.raises(TypeError, match="list of image files"):
         ImageFiles("a.jpg")  # would be five "files": 'a', '.', 'j', 'p', 'g'
     with pytest.raises(FileNotFoundError):

@@ -70,6 +70,10 @@ def collate(items) -> Batch:
     good = [(img, y) for img, y in items if not isinstance(img, BadFile)]
     bad = [img for img, _ in items if isinstance(img, BadFile)]
     images = [img for img, _ in good]
+    for i, img in enumerate(images):
+        if not isinstance(img, (torch.Tensor, Encoded)):
+            raise TypeError(f"collate expects (image, label) items with uint8 (3, H, W) tensors, as gpuaug's datasets "
+                            f"give (torchvision.io.decode_image in your own), got {type(img).__name__} at item {i}")
     # Labels as DataLoader's default_collate makes them: ints -> int64 (B,), tensors stacked,
     # dicts and tuples collated per field, strings kept as a list.
     labels = default_collate([y for _, y in good]) if good else torch.empty(0, dtype=torch.int64)

@@ -165,6 +165,10 @@ class DeviceLoader:
         if isinstance(images, PackedImages):  # one buffer: one pin, one copy
             return images.with_flat(self._copy(images.flat)), None
         images = list(images)  # an EncodedBatch makes its views once
+        for i, x in enumerate(images):
+            if not isinstance(x, (torch.Tensor, Encoded)):
+                raise TypeError(f"DeviceLoader expects images as tensors (uint8 (3, H, W), or a batch), got "
+                                f"{type(x).__name__} at item {i}")
         out, keep = [], []
         encoded = [(i, x) for i, x in enumerate(images) if isinstance(x, Encoded)]
         decoded = dict(self._decode(encoded)) if encoded else {}
