@@ -221,6 +221,9 @@ def test_to_and_half_set_the_dtype_and_keep_buffers_float32():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA is not available"):
             p.to("cuda")
+    model = torch.nn.Sequential(ga.Pipeline(*ops(), device="cpu", seed=3), torch.nn.Identity()).half()
+    assert model[0].ops[-1].mean.dtype == torch.float32  # an enclosing module's cast leaves the constants float32
+    assert torch.equal(model[0](x), ga.Pipeline(*ops(), device="cpu", seed=3)(x))
 
 
 def test_rotation_fill_none_means_zero_as_in_torchvision(small_photos):

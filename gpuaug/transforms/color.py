@@ -231,6 +231,16 @@ class Normalize(ColorOp):
     def extra_repr(self) -> str:
         return f"mean={[round(v, 4) for v in self.mean.tolist()]}, std={[round(v, 4) for v in self.std.tolist()]}"
 
+    def _apply(self, fn, recurse: bool = True):
+        # mean and std are constants of the math, not weights: a cast by an enclosing module
+        # (model.half()) moves them but keeps them float32, unrounded.
+        before = {name: self._buffers[name] for name in ("mean", "std")}
+        super()._apply(fn, recurse)
+        for name, old in before.items():
+            if self._buffers[name].dtype != old.dtype:
+                self._buffers[name] = old.to(self._buffers[name].device)
+        return self
+
     def check_channels(self, channels: int) -> None:
         if channels != self.mean.numel():
             raise ValueError(f"Normalize has {self.mean.numel()} channels of mean/std, images have {channels}")
