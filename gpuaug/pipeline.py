@@ -163,7 +163,7 @@ class Pipeline(nn.Module):
         if params is None:
             params = self._draw(n, sizes, frames)
         else:
-            params = self._check_params(params, n)
+            params = self._check_params(params, n, sizes, frames)
         frame_params = [{k: v.repeat_interleave(frames, 0) for k, v in p.items()} if frames > 1 else p for p in params]
         by_op = {id(op): p for op, p in zip(self.ops, frame_params)}
         first = items if isinstance(items, Tensor) else items[0]
@@ -219,12 +219,13 @@ class Pipeline(nn.Module):
         out = self._finish(out, n, frames if is_clip else 0)
         return (out, params) if return_params else out
 
-    def _draw(self, n: int, sizes: Sizes, frames: int) -> list[Params]:
-        """Every op's params for ``n`` draws (images, or clips), from the pipeline's generator."""
-        gen = self._get_generator()
+    def _draw(self, n: int, sizes: Sizes, frames: int, meta: bool = False) -> list[Params]:
+        """Every op's params for ``n`` draws (images, or clips), from the pipeline's generator;
+        ``meta``: their shapes and dtypes only, on the meta device, drawing nothing."""
+        gen, device = (None, torch.device("meta")) if meta else (self._get_generator(), self.device)
         params = []
         for op in self.ops:
-            params.append(op.make_params(Draw(n, self.device, gen, sizes[::frames])))
+            params.append(op.make_params(Draw(n, device, gen, sizes[::frames])))
             if isinstance(op, GeometricOp):
                 sizes = op.output_sizes(sizes)
         return params
@@ -441,19 +442,25 @@ class Pipeline(nn.Module):
             x[i, :, : t.shape[1], : t.shape[2]] = t
         return x
 
-    def _check_params(self, params, n: int) -> list[Params]:
+    def _check_params(self, params, n: int, sizes: Sizes, frames: int) -> list[Params]:
+        """Replayed ``params`` checked against what this pipeline draws (keys, shapes; cast to its
+        dtypes) -> on the device."""
         if not isinstance(params, (list, tuple)) or len(params) != len(self.ops):
             raise ValueError(f"params should be a list with one dict per op ({len(self.ops)}), as returned by "
                              f"return_params=True, got {type(params).__name__}")
         out = []
-        for op, p in zip(self.ops, params):
+        for i, (op, p, want) in enumerate(zip(self.ops, params, self._draw(n, sizes, frames, meta=True))):
+            name = type(op).__name__
             if not isinstance(p, dict):
-                raise TypeError(f"params for {type(op).__name__} should be a dict, got {type(p).__name__}")
+                raise TypeError(f"params for {name} should be a dict, got {type(p).__name__}")
+            if p.keys() != want.keys():
+                raise ValueError(f"params[{i}] for {name} should have keys {sorted(want)}, got {sorted(p)} "
+                                 f"(params drawn by another pipeline?)")
             for k, v in p.items():
-                if not isinstance(v, Tensor) or v.shape[0] != n:
-                    raise ValueError(f"params[{type(op).__name__}][{k!r}] should be a tensor with first dimension "
-                                     f"{n} (one per sample), got {getattr(v, 'shape', type(v).__name__)}")
-            out.append({k: v.to(self.device, non_blocking=True) for k, v in p.items()})
+                if not isinstance(v, Tensor) or v.shape != want[k].shape:
+                    raise ValueError(f"params[{name}][{k!r}] should be a tensor of shape {tuple(want[k].shape)} (first "
+                                     f"dimension {n}, one per sample), got {getattr(v, 'shape', type(v).__name__)}")
+            out.append({k: v.to(self.device, want[k].dtype, non_blocking=True) for k, v in p.items()})
         return out
 
 

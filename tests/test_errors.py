@@ -88,6 +88,14 @@ def test_bad_replayed_params():
         p(x, params=params * 2)
     with pytest.raises(ValueError, match="first dimension 3"):
         p(torch.zeros(3, 3, 40, 40, dtype=torch.uint8), params=params)
+    rotate = ga.Pipeline(ga.RandomResizedCrop(32), ga.RandomRotation(10), device="cpu")
+    with pytest.raises(ValueError, match=r"params\[1\] for RandomRotation should have keys \['angle'\]"):
+        rotate(x, params=ga.Pipeline(ga.RandomResizedCrop(32), ga.ColorJitter(0.2), device="cpu")(x, return_params=True)[1])
+    _, params = rotate(x, return_params=True)
+    with pytest.raises(ValueError, match=r"\['angle'\] should be a tensor of shape \(2,\)"):
+        rotate(x, params=[params[0], {"angle": params[1]["angle"][:, None]}])
+    as_float64 = [params[0], {"angle": params[1]["angle"].double()}]  # cast to what the pipeline draws
+    assert torch.equal(rotate(x, params=as_float64), rotate(x, params=params))
 
 
 # torchvision raises these for the same mistakes; we must raise the same exception type.
