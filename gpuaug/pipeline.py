@@ -4,21 +4,18 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from numbers import Integral
 
 import torch
 from torch import Tensor, nn
 
 from . import cpu, native
 from .device import select_device
-from .packed import PackedImages, PackedTensors
+from .inputs import checked_dtype, checked_seed, inspect_images
+from .packed import PackedImages
 from .functional.geometry import axis_taps, crop_boxes, resample_separable, resized_crops, tap_count, warp_affine
 from .transforms._base import Draw, Op, Params, Sizes, to_device
 from .transforms.color import ColorOp, Normalize, color_programs
 from .transforms.geometry import AxisMap, GeometricOp, RandomRotation
-
-_FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-
 
 class Pipeline(nn.Module):
     """A batched augmentation graph with its own random parameters for every sample.
@@ -77,9 +74,9 @@ class Pipeline(nn.Module):
         self._resample_ops = [op for op in ops[:first_rotation] if isinstance(op, GeometricOp)]
         self._warp_ops = [op for op in ops[first_rotation:] if isinstance(op, GeometricOp)]
         self._color_ops = [op for op in ops if isinstance(op, ColorOp)]
-        self.dtype = _checked_dtype(dtype)
+        self.dtype = checked_dtype(dtype)
         self.channels_last = bool(channels_last)
-        self.seed = int(torch.randint(0, 2**62, (1,)).item()) if seed is None else _checked_seed(seed)
+        self.seed = int(torch.randint(0, 2**62, (1,)).item()) if seed is None else checked_seed(seed)
         self._generator: torch.Generator | None = None
         self.register_buffer("_anchor", torch.empty(0, device=select_device(device)), persistent=False)
         # Op buffers (Normalize's mean and std) live where the work runs: copying them per batch
@@ -108,7 +105,7 @@ class Pipeline(nn.Module):
 
     def manual_seed(self, seed: int) -> Pipeline:
         """Restart the pipeline's random stream from ``seed``."""
-        self.seed, self._generator = _checked_seed(seed), None
+        self.seed, self._generator = checked_seed(seed), None
         return self
 
     def to(self, *args, **kwargs) -> Pipeline:
@@ -118,7 +115,7 @@ class Pipeline(nn.Module):
         (``Normalize``'s mean and std) stay float32, so casting never rounds them."""
         device, dtype, non_blocking, _ = torch._C._nn._parse_to(*args, **kwargs)
         if dtype is not None:
-            self.dtype = _checked_dtype(dtype)
+            self.dtype = checked_dtype(dtype)
         return super().to(select_device(device), non_blocking=non_blocking) if device is not None else self
 
     def half(self) -> Pipeline:
@@ -158,7 +155,7 @@ class Pipeline(nn.Module):
             # products and the torch color kernels' matmuls would run in float16/bfloat16.
             with torch.autocast(self.device.type, enabled=False):
                 return self.forward(images, params, return_params)
-        items, sizes, frames, is_clip = self._inspect(images)
+        items, sizes, frames, is_clip = inspect_images(images)
         n = len(items) // frames
         if params is None:
             params = self._draw(n, sizes, frames)
@@ -366,68 +363,6 @@ class Pipeline(nn.Module):
 
     # ---- input and params checks ---------------------------------------------------------------
 
-    def _inspect(self, images) -> tuple[list[Tensor] | Tensor, Sizes, int, bool]:
-        """Validate the input without touching its data: -> the images as a list of ``(C, H, W)``
-        or an ``(N, C, H, W)`` tensor (clips flattened) or a :class:`PackedImages`, their sizes,
-        frames per clip, is-clip."""
-        if isinstance(images, PackedTensors) and not isinstance(images, PackedImages):
-            raise TypeError(f"expected images, got {type(images).__name__} (encoded bytes): decode it first "
-                            f"(gpuaug.DeviceLoader does)")
-        if isinstance(images, PackedImages):
-            if len(images) == 0:
-                raise ValueError("expected a non-empty batch of images, got an empty PackedImages")
-            if images.clips:  # clips of different sizes: their frames, read in place
-                counts = {s[0] for s in images.shapes}
-                if len(counts) != 1 or 0 in counts:
-                    raise ValueError(f"clips need one (non-zero) frame count, got {[s[0] for s in images.shapes]}")
-                items, sizes, _, _ = self._inspect(images.frames())
-                return items, sizes, images.shapes[0][0], True
-            _check_image_tensor(images[0][None], "images")
-            shapes = set(images.shapes)
-            if len({c for c, _, _ in shapes}) != 1 or any(h == 0 or w == 0 for _, h, w in shapes):
-                raise ValueError(f"expected images of one channel count and non-zero height and width, got "
-                                 f"shapes {sorted(shapes)}")
-            if len(shapes) == 1:  # one size: already a batch
-                return images.flat.view(len(images), *images.shapes[0]), Sizes(uniform=images.shapes[0][1:]), 1, False
-            return images, Sizes(per_image=[s[1:] for s in images.shapes]), 1, False
-        if isinstance(images, (list, tuple)):
-            if len(images) == 0:
-                raise ValueError("expected a non-empty batch of images, got an empty list")
-            if all(isinstance(t, Tensor) and t.dim() == 4 for t in images):  # clips of different sizes
-                if len({t.shape[0] for t in images}) != 1 or images[0].shape[0] == 0:
-                    raise ValueError(f"clips in a list need one (non-zero) frame count, got {[t.shape[0] for t in images]}")
-                frames = [f for clip in images for f in clip.unbind(0)]
-                items, sizes, _, _ = self._inspect(frames)
-                return items, sizes, images[0].shape[0], True
-            for i, t in enumerate(images):
-                if not isinstance(t, Tensor):
-                    raise TypeError(f"expected a list of (C, H, W) tensors, item {i} is {type(t).__name__}")
-                if t.dim() != 3:
-                    raise ValueError(f"expected a list of (C, H, W) tensors, item {i} has shape {tuple(t.shape)}")
-                if i == 0:
-                    _check_image_tensor(t[None], "images")
-                elif t.dtype != images[0].dtype or t.shape[0] != images[0].shape[0]:
-                    raise ValueError(
-                        f"all images in a list need one dtype and channel count: item 0 is {images[0].dtype} "
-                        f"{tuple(images[0].shape)}, item {i} is {t.dtype} {tuple(t.shape)}")
-                elif 0 in t.shape:
-                    raise ValueError(f"expected images with non-zero height and width, item {i} has shape "
-                                     f"{tuple(t.shape)}")
-            return list(images), Sizes(per_image=[tuple(t.shape[-2:]) for t in images]), 1, False
-        if not isinstance(images, Tensor):
-            raise TypeError(f"expected a uint8/float tensor or a list of tensors, got {type(images).__name__}")
-        if images.dim() == 5:
-            if images.shape[1] == 0:
-                raise ValueError(f"expected clips with at least one frame, got shape {tuple(images.shape)}")
-            _check_image_tensor(images.flatten(0, 1), "clips")
-            return images.flatten(0, 1), Sizes(uniform=tuple(images.shape[-2:])), images.shape[1], True
-        if images.dim() != 4:
-            raise ValueError(
-                f"expected images of shape (B, C, H, W), clips (B, T, C, H, W) or a list of (C, H, W) tensors, "
-                f"got a tensor of shape {tuple(images.shape)}")
-        _check_image_tensor(images, "images")
-        return images, Sizes(uniform=tuple(images.shape[-2:])), 1, False
-
     def _stack(self, items: list[Tensor] | Tensor, sizes: Sizes) -> Tensor:
         """Move to the device (non-blocking) as one ``(N, C, H, W)`` batch, ragged images padded."""
         dev = self.device
@@ -493,26 +428,3 @@ def _take(items: list | Tensor, part: slice | Tensor) -> list | Tensor:
     if not isinstance(items, Tensor):
         return [items[i] for i in part.tolist()]
     return items.index_select(0, part.to(items.device))
-
-
-def _checked_dtype(dtype) -> torch.dtype | None:
-    if dtype is not None and dtype not in _FLOAT_DTYPES:
-        raise TypeError(f"dtype should be None or one of {[str(d) for d in _FLOAT_DTYPES]}, got {dtype}")
-    return dtype
-
-
-def _checked_seed(seed) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, (int, Integral)):
-        raise TypeError(f"seed should be an int (or None), got {type(seed).__name__}: {seed!r}")
-    return int(seed)
-
-
-def _check_image_tensor(x: Tensor, what: str) -> None:
-    if x.dtype != torch.uint8 and not x.is_floating_point():
-        raise TypeError(f"expected uint8 or float {what}, got {x.dtype}")
-    if x.shape[0] == 0:
-        raise ValueError(f"expected a non-empty batch of {what}, got shape {tuple(x.shape)}")
-    if x.shape[1] not in (1, 3):
-        raise ValueError(f"expected {what} with 1 or 3 channels in dim -3, got {x.shape[1]} (shape {tuple(x.shape)})")
-    if x.shape[-1] == 0 or x.shape[-2] == 0:
-        raise ValueError(f"expected {what} with non-zero height and width, got shape {tuple(x.shape)}")

@@ -1,0 +1,100 @@
+"""What a pipeline is given, checked once per call without touching the data: images (a batch,
+a list, clips, a :class:`gpuaug.PackedImages`) and the pipeline's own arguments."""
+
+from __future__ import annotations
+
+from numbers import Integral
+
+import torch
+from torch import Tensor
+
+from .packed import PackedImages, PackedTensors
+from .transforms._base import Sizes
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def inspect_images(images) -> tuple[list[Tensor] | Tensor, Sizes, int, bool]:
+    """Validate the input without touching its data: -> the images as a list of ``(C, H, W)``
+    or an ``(N, C, H, W)`` tensor (clips flattened) or a :class:`PackedImages`, their sizes,
+    frames per clip, is-clip."""
+    if isinstance(images, PackedTensors) and not isinstance(images, PackedImages):
+        raise TypeError(f"expected images, got {type(images).__name__} (encoded bytes): decode it first "
+                        f"(gpuaug.DeviceLoader does)")
+    if isinstance(images, PackedImages):
+        if len(images) == 0:
+            raise ValueError("expected a non-empty batch of images, got an empty PackedImages")
+        if images.clips:  # clips of different sizes: their frames, read in place
+            counts = {s[0] for s in images.shapes}
+            if len(counts) != 1 or 0 in counts:
+                raise ValueError(f"clips need one (non-zero) frame count, got {[s[0] for s in images.shapes]}")
+            items, sizes, _, _ = inspect_images(images.frames())
+            return items, sizes, images.shapes[0][0], True
+        check_image_tensor(images[0][None], "images")
+        shapes = set(images.shapes)
+        if len({c for c, _, _ in shapes}) != 1 or any(h == 0 or w == 0 for _, h, w in shapes):
+            raise ValueError(f"expected images of one channel count and non-zero height and width, got "
+                             f"shapes {sorted(shapes)}")
+        if len(shapes) == 1:  # one size: already a batch
+            return images.flat.view(len(images), *images.shapes[0]), Sizes(uniform=images.shapes[0][1:]), 1, False
+        return images, Sizes(per_image=[s[1:] for s in images.shapes]), 1, False
+    if isinstance(images, (list, tuple)):
+        if len(images) == 0:
+            raise ValueError("expected a non-empty batch of images, got an empty list")
+        if all(isinstance(t, Tensor) and t.dim() == 4 for t in images):  # clips of different sizes
+            if len({t.shape[0] for t in images}) != 1 or images[0].shape[0] == 0:
+                raise ValueError(f"clips in a list need one (non-zero) frame count, got {[t.shape[0] for t in images]}")
+            frames = [f for clip in images for f in clip.unbind(0)]
+            items, sizes, _, _ = inspect_images(frames)
+            return items, sizes, images[0].shape[0], True
+        for i, t in enumerate(images):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"expected a list of (C, H, W) tensors, item {i} is {type(t).__name__}")
+            if t.dim() != 3:
+                raise ValueError(f"expected a list of (C, H, W) tensors, item {i} has shape {tuple(t.shape)}")
+            if i == 0:
+                check_image_tensor(t[None], "images")
+            elif t.dtype != images[0].dtype or t.shape[0] != images[0].shape[0]:
+                raise ValueError(
+                    f"all images in a list need one dtype and channel count: item 0 is {images[0].dtype} "
+                    f"{tuple(images[0].shape)}, item {i} is {t.dtype} {tuple(t.shape)}")
+            elif 0 in t.shape:
+                raise ValueError(f"expected images with non-zero height and width, item {i} has shape "
+                                 f"{tuple(t.shape)}")
+        return list(images), Sizes(per_image=[tuple(t.shape[-2:]) for t in images]), 1, False
+    if not isinstance(images, Tensor):
+        raise TypeError(f"expected a uint8/float tensor or a list of tensors, got {type(images).__name__}")
+    if images.dim() == 5:
+        if images.shape[1] == 0:
+            raise ValueError(f"expected clips with at least one frame, got shape {tuple(images.shape)}")
+        check_image_tensor(images.flatten(0, 1), "clips")
+        return images.flatten(0, 1), Sizes(uniform=tuple(images.shape[-2:])), images.shape[1], True
+    if images.dim() != 4:
+        raise ValueError(
+            f"expected images of shape (B, C, H, W), clips (B, T, C, H, W) or a list of (C, H, W) tensors, "
+            f"got a tensor of shape {tuple(images.shape)}")
+    check_image_tensor(images, "images")
+    return images, Sizes(uniform=tuple(images.shape[-2:])), 1, False
+
+
+def checked_dtype(dtype) -> torch.dtype | None:
+    if dtype is not None and dtype not in FLOAT_DTYPES:
+        raise TypeError(f"dtype should be None or one of {[str(d) for d in FLOAT_DTYPES]}, got {dtype}")
+    return dtype
+
+
+def checked_seed(seed) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, (int, Integral)):
+        raise TypeError(f"seed should be an int (or None), got {type(seed).__name__}: {seed!r}")
+    return int(seed)
+
+
+def check_image_tensor(x: Tensor, what: str) -> None:
+    if x.dtype != torch.uint8 and not x.is_floating_point():
+        raise TypeError(f"expected uint8 or float {what}, got {x.dtype}")
+    if x.shape[0] == 0:
+        raise ValueError(f"expected a non-empty batch of {what}, got shape {tuple(x.shape)}")
+    if x.shape[1] not in (1, 3):
+        raise ValueError(f"expected {what} with 1 or 3 channels in dim -3, got {x.shape[1]} (shape {tuple(x.shape)})")
+    if x.shape[-1] == 0 or x.shape[-2] == 0:
+        raise ValueError(f"expected {what} with non-zero height and width, got shape {tuple(x.shape)}")
