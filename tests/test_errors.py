@@ -5,6 +5,7 @@ import torch
 import torchvision.transforms.v2 as v2
 
 import gpuaug as ga
+from conftest import to_float
 
 
 def pipe(*ops):
@@ -234,7 +235,10 @@ def test_to_and_half_set_the_dtype_and_keep_buffers_float32():
     assert torch.equal(model[0](x), ga.Pipeline(*ops(), device="cpu", seed=3)(x))
 
 
-def test_rotation_fill_none_means_zero_as_in_torchvision(small_photos):
-    x = torch.stack([small_photos[0]] * 2)
-    outs = [ga.Pipeline(ga.RandomRotation((30, 30), fill=f), device="cpu")(x) for f in (None, 0)]
-    assert torch.equal(*outs)
+def test_rotation_fill_none_is_refused_not_taken_for_zero(small_photos):
+    """torchvision's fill=None skips its fill blend: boundary pixels differ from fill=0 by ~50/255."""
+    x = to_float(small_photos[0])
+    kw = dict(interpolation=v2.InterpolationMode.BILINEAR)
+    assert (v2.functional.rotate(x, 30.0, fill=None, **kw) - v2.functional.rotate(x, 30.0, fill=0, **kw)).abs().max() > 0.1
+    with pytest.raises(TypeError, match="fill=None"):
+        ga.RandomRotation(10, fill=None)

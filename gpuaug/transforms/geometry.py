@@ -282,8 +282,9 @@ class RandomRotation(GeometricOp):
         elif len(degrees) != 2:
             raise ValueError("degrees should be a sequence of length 2.")
         self.degrees = check_range(degrees, "degrees")
-        if fill is None:  # torchvision's default meaning: 0
-            fill = 0
+        if fill is None:  # torchvision: zero padding without its fill blend, unlike its fill=0 at the edges
+            raise TypeError("fill=None (torchvision's zero padding without its fill blend) is not supported; "
+                            "fill=0, the default, is torchvision's default")
         if isinstance(fill, numbers.Number):
             fill = [float(fill)]
         elif not isinstance(fill, Sequence) or not all(isinstance(f, numbers.Number) for f in fill):
