@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Sequence
 
 import torch
@@ -78,6 +79,7 @@ class Pipeline(nn.Module):
         self.channels_last = bool(channels_last)
         self.seed = int(torch.randint(0, 2**62, (1,)).item()) if seed is None else checked_seed(seed)
         self._generator: torch.Generator | None = None
+        self._owner: tuple | None = None  # (process, worker seed) the generator was seeded for
         self.register_buffer("_anchor", torch.empty(0, device=select_device(device)), persistent=False)
         # Op buffers (Normalize's mean and std) live where the work runs: copying them per batch
         # from host memory would be a blocking copy, a host sync on CUDA.
@@ -135,9 +137,15 @@ class Pipeline(nn.Module):
         return self.to(torch.float64)
 
     def _get_generator(self) -> torch.Generator:
-        if self._generator is None or self._generator.device != self.device:
+        # A copy of the pipeline in a DataLoader worker (a CPU user's Dataset) must not replay the
+        # parent's stream, nor another worker's: each worker seeds from the pipeline's seed and its
+        # own worker seed (new each epoch), as torch reseeds its global RNG there.
+        worker = torch.utils.data.get_worker_info()
+        owner = (os.getpid(), None if worker is None else worker.seed)
+        if self._generator is None or self._generator.device != self.device or self._owner != owner:
             self._generator = torch.Generator(device=self.device)
-            self._generator.manual_seed(self.seed)
+            self._generator.manual_seed(self.seed if worker is None else hash((self.seed, worker.seed)) & (2**63 - 1))
+            self._owner = owner
         return self._generator
 
     def compute_dtype(self) -> torch.dtype:

@@ -136,6 +136,38 @@ def test_output_is_new_memory_without_grad(small_photos, ops):
         assert torch.equal(images.detach(), before)
 
 
+class _AnglesInWorkers(torch.utils.data.Dataset):
+    """A CPU user's Dataset that runs a pipeline per item, inside DataLoader workers."""
+
+    def __init__(self):
+        self.pipe = ga.Pipeline(ga.RandomRotation(90), device="cpu", seed=0)
+        self.pipe(torch.zeros(1, 3, 4, 4))  # used in the parent first: its generator exists before the fork
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return self.pipe(torch.zeros(1, 3, 4, 4), return_params=True)[1][0]["angle"][0]
+
+
+def test_pipeline_copies_in_dataloader_workers_draw_their_own_streams():
+    import multiprocessing
+
+    ds = _AnglesInWorkers()
+    loader = torch.utils.data.DataLoader(ds, batch_size=2, num_workers=2,
+                                         multiprocessing_context=multiprocessing.get_context("fork"))
+
+    def epoch():
+        return torch.cat(list(loader)).tolist()
+
+    torch.manual_seed(1)
+    first, second = epoch(), epoch()
+    assert len(set(first)) == 8  # worker 0's batches differ from worker 1's (they were equal, pairwise)
+    assert first != second  # and each epoch draws anew
+    torch.manual_seed(1)
+    assert epoch() == first  # repeatable from torch's seed, as DataLoader's worker seeds are
+
+
 def test_an_op_listed_twice_draws_twice(small_photos):
     flip = ga.RandomHorizontalFlip()
     x = torch.stack([to_float(small_photos[0])] * 64)
