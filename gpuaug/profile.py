@@ -20,7 +20,7 @@ from .bench import gpuaug_pipeline, torchvision_transform
 from .bench_loader import simulated_loop
 from .cpu import keep_freed_memory
 from .data import DeviceLoader, ImageFiles, collate
-from .data.datasets import IMG_EXTENSIONS
+from .data.datasets import IMG_EXTENSIONS, find_files
 from .data.decode import DecodeError, decode_rgb, read_bytes
 from .device import select_device
 
@@ -30,11 +30,7 @@ def find_images(directory, max_files: int) -> list[str]:
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"{str(directory)!r} is not a directory")
-    paths = []
-    for dirpath, _, files in sorted(os.walk(directory, followlinks=True)):
-        paths += [os.path.join(dirpath, f) for f in sorted(files) if f.lower().endswith(IMG_EXTENSIONS)]
-        if len(paths) >= max_files:
-            break
+    paths = find_files(directory, IMG_EXTENSIONS)
     if not paths:
         raise FileNotFoundError(f"no image files ({', '.join(IMG_EXTENSIONS)}) under {str(directory)!r}")
     return paths[:max_files]

@@ -1,6 +1,7 @@
 """Decode-only datasets, bad files under both policies, collate and DeviceLoader, on real files."""
 
 import multiprocessing
+import os
 import warnings
 
 import numpy as np
@@ -11,6 +12,7 @@ from torch.utils.data import DataLoader
 
 import gpuaug as ga
 from gpuaug.data import Batch, BadFile, Encoded, EncodedBatch, ImageFiles, ImageFolder, collate
+from gpuaug.profile import find_images
 
 
 def _rgb(photo: torch.Tensor) -> np.ndarray:
@@ -45,6 +47,31 @@ def test_image_folder_layout_matches_torchvision(folder):
     assert ours.classes == ref.classes == ["cat", "space"]
     assert ours.class_to_idx == ref.class_to_idx
     assert [(p, y) for p, y in ours.samples] == [(p, y) for p, y in ref.samples]
+
+
+def test_symlink_loops_end_and_each_real_folder_is_read_once(tmp_path, photos):
+    import signal
+
+    (tmp_path / "cat" / "sub").mkdir(parents=True)
+    Image.fromarray(photos[0].permute(1, 2, 0).numpy()).save(tmp_path / "cat" / "sub" / "a.jpg")
+    Image.fromarray(photos[1].permute(1, 2, 0).numpy()).save(tmp_path / "cat" / "b.png")
+    (tmp_path / "cat" / "sub" / "up").symlink_to("..")  # a loop: cat/sub/up/sub/up/...
+    (tmp_path / "cat" / "self").symlink_to(".")
+
+    def hang(*_):
+        raise TimeoutError("ImageFolder walked a symlink loop forever")
+
+    previous = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(20)
+    try:
+        ds = ImageFolder(tmp_path)
+        found = find_images(tmp_path, 100)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert sorted(os.path.realpath(p) for p in ds.paths) == sorted(
+        str((tmp_path / "cat" / name).resolve()) for name in ("b.png", "sub/a.jpg"))
+    assert found == ds.paths
 
 
 def test_every_format_arrives_as_rgb_uint8_matching_pil(folder):

@@ -85,11 +85,30 @@ class ImageFiles(Dataset):
         return item, self.labels[index]
 
 
+def find_files(root, extensions) -> list[str]:
+    """Files under ``root`` whose names end with one of ``extensions`` (any case), sorted by folder
+    then name. Symlinked folders are followed, as torchvision's ImageFolder does, but each real
+    folder only once: a link loop (``a/up -> ..``) would otherwise never end."""
+    seen, found = set(), []
+    for dirpath, dirnames, files in os.walk(root, followlinks=True):
+        try:
+            st = os.stat(dirpath)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) in seen:
+            dirnames[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        found.append((dirpath, sorted(f for f in files if f.lower().endswith(tuple(extensions)))))
+    return [os.path.join(d, f) for d, names in sorted(found) for f in names]
+
+
 class ImageFolder(ImageFiles):
     """torchvision's class-folder layout (``root/<class>/<image>``), decode-only.
 
     ``classes`` (sorted folder names) and ``class_to_idx`` are torchvision's; files are taken by
-    extension (``IMG_EXTENSIONS``), in sorted order. Args as :class:`ImageFiles`.
+    extension (``IMG_EXTENSIONS``), in sorted order (:func:`find_files`: a folder reached twice
+    through symlinks is read once). Args as :class:`ImageFiles`.
     """
 
     def __init__(self, root, decode: str = "cpu", on_error: str = "raise", extensions=IMG_EXTENSIONS):
@@ -101,11 +120,7 @@ class ImageFolder(ImageFiles):
         if not self.classes:
             raise FileNotFoundError(f"no class folders found in {str(root)!r}")
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
-        samples = []
-        for c in self.classes:
-            for dirpath, _, files in sorted(os.walk(root / c, followlinks=True)):
-                samples += [(os.path.join(dirpath, f), self.class_to_idx[c])
-                            for f in sorted(files) if f.lower().endswith(tuple(extensions))]
+        samples = [(path, self.class_to_idx[c]) for c in self.classes for path in find_files(root / c, extensions)]
         if not samples:
             raise FileNotFoundError(f"no image files with extensions {tuple(extensions)} found in {str(root)!r}")
         self.samples = samples
