@@ -24,6 +24,7 @@ import os
 import platform
 import statistics
 import time
+import warnings
 from datetime import date
 
 import torch
@@ -45,6 +46,8 @@ GPUAUG = "gpuaug"
 GPUAUG_RAGGED = "gpuaug, ragged list input"
 GPUAUG_PACKED = "gpuaug, ragged PackedImages input"
 GPUAUG_TORCH_KERNELS = "gpuaug, torch kernels only (GPUAUG_TRITON=0)"
+# Other libraries' rows: one that fails is reported as failed and the run goes on.
+PEERS = (KORNIA, KORNIA_COMPILED, TORCHVISION_BATCH)
 
 
 def gpuaug_pipeline(device) -> Pipeline:
@@ -157,9 +160,17 @@ def run(devices=None, batch_sizes=(64, 256), repeats: int = 5, progress: bool = 
             ragged = sample_images(batch)
             for method, fn, warmup in _jobs(device, ragged):
                 bar.set_postfix_str(f"{device.type} b={batch} {method[:28]}")
-                seconds = _median_seconds(fn, device, repeats, warmup)
-                rows.append({"device": _device_name(device), "batch": batch, "method": method,
-                             "images_per_s": batch / seconds, "ms_per_batch": seconds * 1000})
+                row = {"device": _device_name(device), "batch": batch, "method": method}
+                try:
+                    seconds = _median_seconds(fn, device, repeats, warmup)
+                    row.update(images_per_s=batch / seconds, ms_per_batch=seconds * 1000)
+                except Exception as e:  # a peer that fails here (kornia under torch.compile, say) loses its row only
+                    if method not in PEERS:
+                        raise
+                    row.update(images_per_s=None, ms_per_batch=None, error=f"{type(e).__name__}: {e}".splitlines()[0][:160])
+                    warnings.warn(f"gpuaug bench: {method} failed on {device} at batch {batch}: {row['error']}",
+                                  RuntimeWarning, stacklevel=2)
+                rows.append(row)
                 bar.update()
             torch.set_num_threads(threads)
     finally:
@@ -184,14 +195,18 @@ def _add_ratios(rows: list[dict]) -> None:
     for r in rows:
         base = find(cpu_device, r["batch"], TORCHVISION_PER_SAMPLE)
         kornia = find(r["device"], r["batch"], KORNIA)
-        r["x_torchvision_per_sample"] = r["images_per_s"] / base["images_per_s"] if base else None
-        r["x_kornia"] = r["images_per_s"] / kornia["images_per_s"] if kornia else None
+        ok = r["images_per_s"] is not None
+        r["x_torchvision_per_sample"] = r["images_per_s"] / base["images_per_s"] if ok and base else None
+        r["x_kornia"] = r["images_per_s"] / kornia["images_per_s"] if ok and kornia and kornia["images_per_s"] else None
 
 
 def format_table(rows: list[dict]) -> str:
     head = f"{'device':<36} {'batch':>5}  {'method':<50} {'img/s':>10} {'ms/batch':>9} {'x tv/sample':>11} {'x kornia':>8}"
     lines = [head, "-" * len(head)]
     for r in rows:
+        if r["images_per_s"] is None:
+            lines.append(f"{r['device'][:36]:<36} {r['batch']:>5}  {r['method']:<50} failed: {r['error']}")
+            continue
         tv = f"{r['x_torchvision_per_sample']:.2f}" if r["x_torchvision_per_sample"] else "-"
         ko = f"{r['x_kornia']:.2f}" if r["x_kornia"] else "-"
         lines.append(f"{r['device'][:36]:<36} {r['batch']:>5}  {r['method']:<50} {r['images_per_s']:>10.1f} "
@@ -218,7 +233,7 @@ def save_plot(rows: list[dict], path: str) -> None:
     ax = fig.subplots()
     width = 0.8 / len(methods)
     for i, m in enumerate(methods):
-        values = [next((r["images_per_s"] for r in rows if (r["device"], r["batch"]) == g and r["method"] == m), 0)
+        values = [next((r["images_per_s"] or 0 for r in rows if (r["device"], r["batch"]) == g and r["method"] == m), 0)
                   for g in groups]
         ax.bar([j + i * width for j in range(len(groups))], values, width, label=m)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(groups))])

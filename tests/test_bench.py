@@ -1,5 +1,6 @@
 """`gpuaug bench`: the README's main command runs, prints its table last, writes JSON and a PNG."""
 
+import importlib.util
 import json
 import os
 
@@ -79,3 +80,32 @@ def test_without_triton_sets_the_switch_for_the_call_only(monkeypatch):
     monkeypatch.delenv("GPUAUG_TRITON", raising=False)
     bench._without_triton(lambda x: seen.append(os.environ.get("GPUAUG_TRITON")), None)
     assert seen == ["0"] and "GPUAUG_TRITON" not in os.environ
+
+
+def test_a_failing_peer_loses_its_row_not_the_run(monkeypatch, tmp_path):
+    def broken_kornia(device):
+        def call(x):
+            raise RuntimeError("compiled kornia broke\nsecond line")
+        return call
+
+    monkeypatch.setattr(bench, "kornia_augment", broken_kornia)
+    with pytest.warns(RuntimeWarning, match="kornia AugmentationSequential failed"):
+        rows = bench.run(["cpu"], [4], repeats=1, progress=False)
+    failed = [r for r in rows if r["method"] == bench.KORNIA]
+    assert len(failed) == 1 and failed[0]["images_per_s"] is None
+    assert failed[0]["error"] == "RuntimeError: compiled kornia broke"
+    assert all(r["images_per_s"] > 0 and r["x_kornia"] is None for r in rows if r is not failed[0])
+    table = bench.format_table(rows)
+    assert "failed: RuntimeError: compiled kornia broke" in table and "gpuaug, ragged list input" in table
+    bench.save_json(rows, tmp_path / "rows.json")
+    if importlib.util.find_spec("matplotlib"):
+        bench.save_plot(rows, tmp_path / "rows.png")
+
+    def broken_gpuaug(device):
+        def call(x):
+            raise RuntimeError("our own bug")
+        return call
+
+    monkeypatch.setattr(bench, "gpuaug_pipeline", broken_gpuaug)
+    with pytest.raises(RuntimeError, match="our own bug"):  # gpuaug's own rows never fail quietly
+        bench.run(["cpu"], [4], repeats=1, progress=False)
