@@ -100,8 +100,7 @@ def fused_color_program(program: tuple | None, channels: int) -> tuple | None:
     ops, factors, normalize = program
     mean = inv_std = None
     if normalize is not None:
-        normalize.check_channels(channels)
-        mean, inv_std = normalize.mean.float().cpu(), normalize.inv_std.cpu()
+        mean, inv_std = (t.cpu() for t in normalize.values(channels))
     return ops, factors, mean, inv_std
 
 

@@ -353,8 +353,7 @@ class Pipeline(nn.Module):
         ops, factors, normalize = program
         mean = inv_std = None
         if normalize is not None:
-            normalize.check_channels(x.shape[1])
-            mean, inv_std = normalize.mean, normalize.inv_std
+            mean, inv_std = normalize.values(x.shape[1])
         return kernels.guarded(kernels.color_program, x, torch.empty_like(x), ops, factors, mean, inv_std)
 
     def _finish(self, x: Tensor, n: int, frames: int) -> Tensor:

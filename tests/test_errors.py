@@ -136,7 +136,7 @@ def test_bad_op_arguments_raise_what_torchvision_raises(name, args, kwargs):
         (lambda: ga.RandomResizedCrop(224, scale=(0.9, 0.1)), ValueError),
         (lambda: ga.RandomResizedCrop(0), ValueError),
         (lambda: ga.Resize(-3), ValueError),
-        (lambda: ga.Normalize((0.5, 0.5), (0.5,)), ValueError),
+        (lambda: ga.Normalize((0.5, 0.5), (0.5, 0.5, 0.5)), ValueError),
         (lambda: ga.Normalize((0.5,), (0.0,)), ValueError),
         (lambda: ga.RandomRotation(10, fill="red"), TypeError),
         (lambda: ga.Pipeline(v2.RandomHorizontalFlip(), device="cpu"), TypeError),

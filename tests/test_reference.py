@@ -314,10 +314,14 @@ def test_grayscale_p1_and_one_channel_images(small_photos, kernel_path):
         assert (out[i] - ref).abs().max() <= COLOR_TOL
 
 
-def test_normalize(small_photos, kernel_path):
+@pytest.mark.parametrize("mean,std", [(ga.IMAGENET_MEAN, ga.IMAGENET_STD), ((0.5,), (0.25,)),
+                                      (ga.IMAGENET_MEAN, (0.25,)), ((0.5,), ga.IMAGENET_STD)],
+                         ids=["per channel", "one value", "one std", "one mean"])
+def test_normalize(small_photos, kernel_path, mean, std):
+    """One value of mean or std serves every channel, as torchvision broadcasts it."""
     x = torch.stack(small_photos)
-    out = ga.Pipeline(ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD), device="cpu")(x)
-    assert (out - TF.normalize(x, list(ga.IMAGENET_MEAN), list(ga.IMAGENET_STD))).abs().max() < 1e-5
+    out = ga.Pipeline(ga.Normalize(mean, std), device="cpu")(x)
+    assert (out - TF.normalize(to_float(x), list(mean), list(std))).abs().max() < 1e-5
 
 
 def test_full_pipeline_per_sample_against_torchvision_chain(photos, kernel_path):

@@ -214,14 +214,15 @@ class Normalize(ColorOp):
     """``(x - mean) / std`` per channel, on images in [0, 1]. Must be the last op.
 
     Args:
-        mean, std: one number per channel (``std`` > 0).
+        mean, std: one number per channel, or one for all (``std`` > 0).
     """
 
     def __init__(self, mean: Sequence[float], std: Sequence[float]):
         super().__init__()
         mean_t, std_t = (torch.as_tensor(v, dtype=torch.float32).flatten() for v in (mean, std))
-        if mean_t.numel() != std_t.numel():
-            raise ValueError(f"mean and std need one value per channel each, got {mean_t.numel()} and {std_t.numel()}")
+        if mean_t.numel() != std_t.numel() and 1 not in (mean_t.numel(), std_t.numel()):
+            raise ValueError(f"mean and std need one value per channel (or one for all) each, got {mean_t.numel()} "
+                             f"and {std_t.numel()}")
         if (std_t <= 0).any():
             raise ValueError(f"std should be positive, got {std_t.tolist()}, leading to division by zero.")
         self.register_buffer("mean", mean_t)
@@ -241,13 +242,17 @@ class Normalize(ColorOp):
                 self._buffers[name] = old.to(self._buffers[name].device)
         return self
 
-    def check_channels(self, channels: int) -> None:
-        if channels != self.mean.numel():
-            raise ValueError(f"Normalize has {self.mean.numel()} channels of mean/std, images have {channels}")
+    def values(self, channels: int) -> tuple[Tensor, Tensor]:
+        """``mean`` and ``1 / std`` for images of ``channels`` channels, ``(channels,)`` float32
+        each: one value is used for every channel, as torchvision broadcasts it."""
+        n = max(self.mean.numel(), self.std.numel())
+        if n not in (1, channels):
+            raise ValueError(f"Normalize has {n} channels of mean/std, images have {channels}")
+        return tuple(t if t.numel() == channels else t.expand(channels).contiguous() for t in (self.mean, self.inv_std))
 
     def apply(self, x: Tensor, params: Params) -> Tensor:
-        self.check_channels(x.shape[1])
-        return normalize(x, self.mean, inv_std=self.inv_std)
+        mean, inv_std = self.values(x.shape[1])
+        return normalize(x, mean, inv_std=inv_std)
 
     @property
     def inv_std(self) -> Tensor:
