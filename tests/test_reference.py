@@ -87,7 +87,7 @@ def test_plain_bilinear_fails_the_psnr_bar(photos):
     assert (plain - TF.resize(to_float(img), size, antialias=False)).abs().max() < 1e-4
 
 
-@pytest.mark.parametrize("size", [256, (200, 300), (600, 700)])
+@pytest.mark.parametrize("size", [256, [256], (200, 300), (600, 700)])  # [s]: the shorter side, as s
 def test_resize_matches_torchvision(photos, size, kernel_path):
     for img in photos:
         ours = ga.Pipeline(ga.Resize(size), device="cpu")(img[None])[0]

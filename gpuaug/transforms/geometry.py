@@ -164,6 +164,8 @@ class Resize(GeometricOp):
         super().__init__()
         if size is None:  # torchvision's error: size=None needs max_size, which gpuaug's Resize does not have
             raise ValueError("size must be an int or a sequence of one or two ints (gpuaug's Resize has no max_size)")
+        if isinstance(size, Sequence) and not isinstance(size, str) and len(size) == 1:
+            size = size[0]  # [s] means the shorter side, as an int does (torchvision's TorchScript form)
         if isinstance(size, numbers.Integral) and not isinstance(size, bool):
             if size <= 0:
                 raise ValueError(f"size should be a positive integer, got {size}")
