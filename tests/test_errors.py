@@ -148,6 +148,12 @@ def test_bad_op_arguments_raise_what_torchvision_raises(name, args, kwargs):
         (lambda: ga.Pipeline(ga.RandomResizedCrop(32), device="cpu").manual_seed(None), TypeError),
         (lambda: ga.Pipeline(ga.RandomResizedCrop(32), device="cpu").to(torch.int32), TypeError),
         (lambda: ga.Pipeline(ga.RandomResizedCrop(32), device="tpu"), ValueError),
+        (lambda: ga.Resize(256, interpolation=v2.InterpolationMode.BICUBIC), ValueError),
+        (lambda: ga.RandomResizedCrop(224, interpolation=v2.InterpolationMode.NEAREST), ValueError),
+        (lambda: ga.RandomRotation(15, v2.InterpolationMode.NEAREST), ValueError),  # torchvision's default
+        (lambda: ga.RandomRotation(15, expand=True), ValueError),
+        (lambda: ga.RandomRotation(15, center=(3, 4)), ValueError),
+        (lambda: ga.Resize(256, max_size=300), ValueError),
         # torchvision takes these, then fails when drawing (RuntimeError) or draws inf/nan factors
         (lambda: ga.RandomRotation((10, -10)), ValueError),
         (lambda: ga.RandomRotation(float("nan")), ValueError),
@@ -242,3 +248,15 @@ def test_rotation_fill_none_is_refused_not_taken_for_zero(small_photos):
     assert (v2.functional.rotate(x, 30.0, fill=None, **kw) - v2.functional.rotate(x, 30.0, fill=0, **kw)).abs().max() > 0.1
     with pytest.raises(TypeError, match="fill=None"):
         ga.RandomRotation(10, fill=None)
+
+
+def test_torchvision_keyword_arguments_with_their_supported_values():
+    """Code ported from torchvision that names BILINEAR (and the other defaults) builds the same op."""
+    bilinear = v2.InterpolationMode.BILINEAR
+    pairs = [(ga.RandomResizedCrop(224, (0.2, 1.0), (0.5, 2.0), bilinear, antialias=True),
+              ga.RandomResizedCrop(224, scale=(0.2, 1.0), ratio=(0.5, 2.0))),
+             (ga.Resize([256], bilinear, None, True), ga.Resize(256)),
+             (ga.RandomRotation(15, bilinear, False, None, 0.5), ga.RandomRotation(15, fill=0.5)),
+             (ga.RandomRotation(15, interpolation="bilinear"), ga.RandomRotation(15))]
+    for ported, ours in pairs:
+        assert repr(ported) == repr(ours)

@@ -102,6 +102,17 @@ def check_probability(p) -> float:
     return float(p)
 
 
+def check_bilinear(interpolation, op: str) -> None:
+    """torchvision's ``interpolation`` argument, for code ported from it: gpuaug resamples
+    bilinearly only, so BILINEAR (the enum or its name) is accepted and anything else refused."""
+    from torchvision.transforms import InterpolationMode
+
+    if interpolation == InterpolationMode.BILINEAR or interpolation == "bilinear":
+        return
+    raise ValueError(f"{op} resamples bilinearly only (interpolation=InterpolationMode.BILINEAR), got "
+                     f"interpolation={interpolation!r}")
+
+
 def check_range(values, name: str) -> tuple[float, float]:
     """Two finite numbers ``(min, max)`` with ``min <= max`` (torchvision would fail only when
     drawing from them, with a RuntimeError, or silently draw inf/nan)."""

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from ..functional.geometry import flip_matrix, rotation_matrix
-from ._base import Draw, Op, Params, Sizes, check_probability, check_range, setup_size, to_device
+from ._base import Draw, Op, Params, Sizes, check_bilinear, check_probability, check_range, setup_size, to_device
 
 
 class AxisMap:
@@ -88,13 +88,16 @@ class RandomResizedCrop(GeometricOp):
         size: output ``(h, w)``, or an int for a square.
         scale: range of the crop's area as a fraction of the image area.
         ratio: range of the crop's width / height.
+        interpolation: BILINEAR only (taken for code ported from torchvision).
         antialias: filter when downscaling (torchvision's ``antialias=True``).
 
     Params: ``top``, ``left``, ``height``, ``width``: ``(B,)`` float32 holding integers.
     """
 
-    def __init__(self, size, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0), antialias: bool = True):
+    def __init__(self, size, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0), interpolation="bilinear",
+                 antialias: bool = True):
         super().__init__()
+        check_bilinear(interpolation, "RandomResizedCrop")
         self.size = setup_size(size)
         if not isinstance(scale, Sequence) or len(scale) != 2:
             raise TypeError(f"Scale should be a sequence of two numbers (min, max), got {scale!r}")
@@ -158,10 +161,14 @@ class Resize(GeometricOp):
     truncated as torchvision's ``int(size * long / short)``), ``(h, w)`` sets both.
 
     Antialiased bilinear, equal to torchvision's ``F.resize(..., antialias=True)``. No params.
+    ``interpolation`` (BILINEAR only) and ``max_size`` (None only) are taken for ported code.
     """
 
-    def __init__(self, size, antialias: bool = True):
+    def __init__(self, size, interpolation="bilinear", max_size=None, antialias: bool = True):
         super().__init__()
+        check_bilinear(interpolation, "Resize")
+        if max_size is not None:
+            raise ValueError(f"Resize has no max_size (got {max_size!r}); give size as (h, w) or the shorter side")
         if size is None:  # torchvision's error: size=None needs max_size, which gpuaug's Resize does not have
             raise ValueError("size must be an int or a sequence of one or two ints (gpuaug's Resize has no max_size)")
         if isinstance(size, Sequence) and not isinstance(size, str) and len(size) == 1:
@@ -268,13 +275,20 @@ class RandomRotation(GeometricOp):
 
     Args:
         degrees: a number ``d`` for ``[-d, d]`` (``d >= 0``), or ``(min, max)``.
+        interpolation, expand, center: torchvision's, for ported code: only BILINEAR (not
+            torchvision's NEAREST default), ``expand=False`` and ``center=None``.
         fill: a number, or one number per channel, in the [0, 1] range of the images.
 
     Params: ``angle``: ``(B,)`` float32 degrees.
     """
 
-    def __init__(self, degrees, fill=0):
+    def __init__(self, degrees, interpolation="bilinear", expand: bool = False, center=None, fill=0):
         super().__init__()
+        # torchvision's default is NEAREST; gpuaug rotates bilinearly (see the README's differences).
+        check_bilinear(interpolation, "RandomRotation")
+        if expand or center is not None:
+            raise ValueError(f"RandomRotation turns about the image center and keeps its size: expand=True and "
+                             f"center are not supported (got expand={expand!r}, center={center!r})")
         if isinstance(degrees, numbers.Number):
             if degrees < 0:
                 raise ValueError("If degrees is a single number, it must be positive.")
