@@ -257,6 +257,7 @@ def test_torchvision_keyword_arguments_with_their_supported_values():
               ga.RandomResizedCrop(224, scale=(0.2, 1.0), ratio=(0.5, 2.0))),
              (ga.Resize([256], bilinear, None, True), ga.Resize(256)),
              (ga.RandomRotation(15, bilinear, False, None, 0.5), ga.RandomRotation(15, fill=0.5)),
-             (ga.RandomRotation(15, interpolation="bilinear"), ga.RandomRotation(15))]
+             (ga.RandomRotation(15, interpolation="bilinear"), ga.RandomRotation(15)),
+             (ga.Normalize((0.5,), (0.2,), inplace=True), ga.Normalize((0.5,), (0.2,)))]
     for ported, ours in pairs:
         assert repr(ported) == repr(ours)

@@ -217,8 +217,8 @@ class Normalize(ColorOp):
         mean, std: one number per channel, or one for all (``std`` > 0).
     """
 
-    def __init__(self, mean: Sequence[float], std: Sequence[float]):
-        super().__init__()
+    def __init__(self, mean: Sequence[float], std: Sequence[float], inplace: bool = False):
+        super().__init__()  # inplace: torchvision's, for ported code; no effect (the output is always new)
         mean_t, std_t = (torch.as_tensor(v, dtype=torch.float32).flatten() for v in (mean, std))
         if mean_t.numel() != std_t.numel() and 1 not in (mean_t.numel(), std_t.numel()):
             raise ValueError(f"mean and std need one value per channel (or one for all) each, got {mean_t.numel()} "
