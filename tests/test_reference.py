@@ -134,6 +134,29 @@ def test_random_resized_crop_draws_like_torchvision(photos):
     assert ratio.min() > 0.7 and ratio.max() < 1.4
 
 
+@pytest.mark.parametrize("shape", [(400, 600), (30, 600)], ids=["photo", "strip (fallback often)"])
+def test_random_resized_crop_distribution_equals_torchvision(shape):
+    """Two-sample Kolmogorov-Smirnov tests, 4000 crops each, against torchvision's own make_params:
+    area fraction, log aspect, and where the crop sits in the room it has."""
+    from scipy.stats import ks_2samp
+
+    img, n = torch.zeros(3, *shape, dtype=torch.uint8), 4000
+    torch.manual_seed(0)
+    tv = v2.RandomResizedCrop(32)
+    theirs = torch.tensor([[float(p[k]) for k in ("top", "left", "height", "width")]
+                           for p in (tv.make_params([img]) for _ in range(n))]).unbind(1)
+    _, params = run([ga.RandomResizedCrop(32)], img[None].expand(n, -1, -1, -1), seed=1)
+    ours = tuple(params[0][k].float() for k in ("top", "left", "height", "width"))
+
+    def features(top, left, h, w):
+        H, W = shape
+        return [h * w / (H * W), torch.log(w / h), top / (H - h + 1), left / (W - w + 1)]
+
+    for name, a, b in zip(("area", "log aspect", "top", "left"), features(*theirs), features(*ours)):
+        result = ks_2samp(a.numpy(), b.numpy())
+        assert result.pvalue > 1e-3, (name, result)
+
+
 @pytest.mark.parametrize("size", [(200, 150), (700, 300)])
 def test_center_crop_matches_torchvision_including_padding(photos, size):
     for img in photos:
