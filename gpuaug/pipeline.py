@@ -13,10 +13,11 @@ from . import cpu, native
 from .device import select_device
 from .inputs import checked_dtype, checked_seed, inspect_images
 from .packed import PackedImages
-from .functional.geometry import axis_taps, crop_boxes, resample_separable, resized_crops, tap_count, warp_affine
+from .functional.geometry import (axis_taps, crop_boxes, crop_or_pad, resample_separable, resized_crops, tap_count,
+                                 warp_affine)
 from .transforms._base import Draw, Op, Params, Sizes, to_device
 from .transforms.color import ColorOp, Normalize, color_programs
-from .transforms.geometry import AxisMap, GeometricOp, RandomRotation
+from .transforms.geometry import AxisMap, CenterCrop, GeometricOp, RandomRotation
 
 class Pipeline(nn.Module):
     """A batched augmentation graph with its own random parameters for every sample.
@@ -73,7 +74,9 @@ class Pipeline(nn.Module):
         # resampled together; the rotation and the flips after it are one warp; then color ops.
         first_rotation = next((i for i, op in enumerate(ops) if isinstance(op, RandomRotation)), len(ops))
         self._resample_ops = [op for op in ops[:first_rotation] if isinstance(op, GeometricOp)]
-        self._warp_ops = [op for op in ops[first_rotation:] if isinstance(op, GeometricOp)]
+        self._warp_ops = [op for op in ops[first_rotation:] if isinstance(op, GeometricOp) and hasattr(op, "matrix")]
+        # CenterCrops after the rotation cut its output (torchvision's idiom to hide the corners).
+        self._final_crops = [op for op in ops[first_rotation:] if isinstance(op, CenterCrop)]
         self._color_ops = [op for op in ops if isinstance(op, ColorOp)]
         self.dtype = checked_dtype(dtype)
         self.channels_last = bool(channels_last)
@@ -87,16 +90,21 @@ class Pipeline(nn.Module):
 
     @staticmethod
     def _check_order(ops: Sequence[Op]) -> None:
-        rotated = False
+        rotated = cropped = False
         for i, op in enumerate(ops):
             if isinstance(op, Normalize) and i != len(ops) - 1:
                 raise ValueError(f"Normalize must be the last op, but {type(ops[i + 1]).__name__} follows it")
             if isinstance(op, RandomRotation):
                 rotated = True
+            elif rotated and isinstance(op, CenterCrop):
+                cropped = True
             elif rotated and isinstance(op, GeometricOp) and not hasattr(op, "matrix"):
                 raise ValueError(
                     f"{type(op).__name__} after RandomRotation is not supported: gpuaug rotates at output "
-                    "resolution, so put crop and resize ops before RandomRotation")
+                    "resolution, so put resize ops and random crops before RandomRotation (a CenterCrop may follow it)")
+            elif cropped and isinstance(op, GeometricOp):
+                raise ValueError(f"{type(op).__name__} after the CenterCrop that follows RandomRotation is not "
+                                 f"supported: put flips before that CenterCrop")
 
     @property
     def device(self) -> torch.device:
@@ -243,7 +251,7 @@ class Pipeline(nn.Module):
         whose maps are all plain crops (+ flips) (torchvision's uint8 kernel, see ``_geometry``),
         else as filter taps (:func:`_filter_taps`)."""
         plan = {"resample": None, "axes": None, "rows": None, "cols": None, "boxes": None, "size": None,
-                "warp": None, "fill": None, "kernels": kernels}
+                "warp": None, "fill": None, "final_crop": None, "kernels": kernels}
         s = sizes
         if self._resample_ops or sizes.uniform is None:
             axes = AxisMap(sizes.pairs(n, self.device))
@@ -256,7 +264,8 @@ class Pipeline(nn.Module):
             if s.uniform is None:
                 raise ValueError(
                     "images of different sizes need a pipeline with a fixed output size (add RandomResizedCrop, "
-                    f"CenterCrop or Resize((h, w))); this one gives sizes {sorted(set(s.per_image))[:4]}...")
+                    f"CenterCrop or Resize((h, w)) before any RandomRotation); this one gives sizes "
+                    f"{sorted(set(s.per_image))[:4]}...")
             aa = all(getattr(op, "antialias", True) for op in self._resample_ops)
             (h, w) = s.uniform
             plan["size"] = (h, w)
@@ -288,6 +297,13 @@ class Pipeline(nn.Module):
                 raise ValueError(f"RandomRotation fill has {len(fill)} values, images have {channels} channels")
             if any(fill):
                 plan["fill"] = to_device(fill * channels if len(fill) == 1 else fill, self.device)
+        if self._final_crops:  # one window (top, left, h, w) of the warped image, host-side
+            top = left = 0
+            size = s.uniform
+            for op in self._final_crops:
+                t, l = op.start(size)
+                top, left, size = top + t, left + l, op.size
+            plan["final_crop"] = (top, left, *size)
         return plan
 
     def _geometry(self, x: Tensor | list[Tensor], plan: dict, part: slice | Tensor) -> Tensor:
@@ -345,6 +361,8 @@ class Pipeline(nn.Module):
             kernels = plan["kernels"]
             warped = kernels.guarded(kernels.warp_affine, x, warp, plan["fill"]) if kernels is not None else None
             x = warped if warped is not None else warp_affine(x, warp, plan["fill"])
+        if plan["final_crop"] is not None:
+            x = crop_or_pad(x, *plan["final_crop"])
         return x.contiguous()
 
     def _color_gpu(self, kernels, x: Tensor, program: tuple) -> Tensor | None:

@@ -138,8 +138,14 @@ def test_cuda_path_has_no_host_sync(photos, fake_cuda, layout):
     assert out.shape[-3:] == (3, 64, 64) and out.shape[0] == (2 if "clips" in layout else 4)
 
 
-def test_cuda_path_resize_and_center_crop_have_no_host_sync(photos, fake_cuda):
-    steps = [ga.Resize(80), ga.CenterCrop((64, 72)), ga.ColorJitter(hue=0.2)]
+@pytest.mark.parametrize("steps", [lambda: [ga.Resize(80), ga.CenterCrop((64, 72)), ga.ColorJitter(hue=0.2)],
+                                   lambda: [ga.Resize((90, 100)), ga.RandomRotation(20), ga.CenterCrop((64, 72)),
+                                            ga.ColorJitter(hue=0.2)],
+                                   lambda: [ga.Resize((60, 70)), ga.RandomRotation(20), ga.CenterCrop((64, 72)),
+                                            ga.ColorJitter(hue=0.2)]],
+                         ids=["resize, crop", "rotation, crop", "rotation, padding crop"])
+def test_cuda_path_resize_and_center_crop_have_no_host_sync(photos, fake_cuda, steps):
+    steps = steps()
     with fake_cuda():
         pipe = ga.Pipeline(*steps, device="cuda", seed=0, channels_last=True)
         images = [p.to("cuda") for p in photos]

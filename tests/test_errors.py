@@ -142,6 +142,8 @@ def test_bad_op_arguments_raise_what_torchvision_raises(name, args, kwargs):
         (lambda: ga.Pipeline(v2.RandomHorizontalFlip(), device="cpu"), TypeError),
         (lambda: ga.Pipeline(ga.Normalize((0.5,), (0.5,)), ga.ColorJitter(0.1), device="cpu"), ValueError),
         (lambda: ga.Pipeline(ga.RandomRotation(10), ga.Resize(32), device="cpu"), ValueError),
+        (lambda: ga.Pipeline(ga.RandomRotation(10), ga.CenterCrop(32), ga.RandomHorizontalFlip(), device="cpu"),
+         ValueError),
         (lambda: ga.Pipeline(ga.RandomResizedCrop(32), device="cpu", dtype=torch.int32), TypeError),
         (lambda: ga.Pipeline(ga.RandomResizedCrop(32), device="cpu", seed="42"), TypeError),
         (lambda: ga.Pipeline(ga.RandomResizedCrop(32), device="cpu", seed=1.5), TypeError),

@@ -230,6 +230,26 @@ def test_rotation_per_sample_after_crop_and_flips(photos, kernel_path):
         assert (out[i] - ref).abs().amax(0)[disc].max() < 1e-4
 
 
+@pytest.mark.parametrize("crops", [[(90, 120)], [(130, 170)], [(101, 133), (60, 61)]],
+                         ids=["inside", "padded", "two crops, odd"])
+def test_center_crop_after_rotation_cuts_the_rotated_image(photos, kernel_path, crops):
+    """torchvision's idiom to hide the corners: rotate (+ flip), then CenterCrop; color after it."""
+    ops = [ga.RandomResizedCrop((120, 160)), ga.RandomRotation(30), ga.RandomHorizontalFlip(),
+           *(ga.CenterCrop(c) for c in crops), ga.ColorJitter(contrast=(0.6, 0.6))]
+    out, (crop, rot, flip, *_) = run(ops, photos * 2, seed=4)
+    assert out.shape[-2:] == crops[-1]
+    for i, img in enumerate(photos * 2):
+        ref = resized_crop_reference(img, *(int(crop[k][i]) for k in ("top", "left", "height", "width")), [120, 160],
+                                     kernel_path)
+        ref = TF.rotate(ref, float(rot["angle"][i]), interpolation=InterpolationMode.BILINEAR, fill=0)
+        if flip["flip"][i]:
+            ref = TF.horizontal_flip(ref)
+        for c in crops:
+            ref = TF.center_crop(ref, list(c))
+        ref = TF.adjust_contrast(ref, 0.6)
+        assert (out[i] - ref).abs().max() < 1e-3  # the whole image: torchvision's fill rule and padding
+
+
 # ---- color ------------------------------------------------------------------------------------
 
 COLOR_CASES = [

@@ -212,3 +212,17 @@ def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor | None = None) -> Tensor
         return out.mul_(mask).to(out_dtype)
     fill = fill.to(dtype=x.dtype, device=x.device).view(1, -1, 1, 1)
     return (out - fill).mul_(mask).add_(fill).to(out_dtype)
+
+
+def crop_or_pad(x: Tensor, top: int, left: int, height: int, width: int) -> Tensor:
+    """The ``(height, width)`` window of ``(..., H, W)`` images at ``(top, left)``; where it reaches
+    past the image (negative starts included) it is 0, as torchvision's center_crop pads. A view
+    when it lies inside."""
+    H, W = x.shape[-2:]
+    if top >= 0 and left >= 0 and top + height <= H and left + width <= W:
+        return x[..., top:top + height, left:left + width]
+    out = x.new_zeros(*x.shape[:-2], height, width)
+    y0, y1, x0, x1 = max(top, 0), min(top + height, H), max(left, 0), min(left + width, W)
+    if y0 < y1 and x0 < x1:
+        out[..., y0 - top:y1 - top, x0 - left:x1 - left] = x[..., y0:y1, x0:x1]
+    return out

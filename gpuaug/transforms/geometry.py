@@ -221,16 +221,18 @@ class CenterCrop(GeometricOp):
     def output_sizes(self, sizes: Sizes) -> Sizes:
         return Sizes(uniform=self.size)
 
-    def map_axes(self, axes: AxisMap, params: Params, sizes: Sizes) -> None:
-        # torchvision: round((full - crop) / 2) inside, or pad (crop - full) // 2 before. Sizes are
-        # host-side, so the starts are computed on the host.
-        def start(full: int, crop: int) -> int:
+    def start(self, size: tuple[int, int]) -> tuple[int, int]:
+        """``(top, left)`` of the crop in an image of ``size`` (negative: padding before), host-side:
+        torchvision's ``round((full - crop) / 2)`` inside, or ``(crop - full) // 2`` of padding."""
+        def one(full: int, crop: int) -> int:
             return int(round((full - crop) / 2)) if full >= crop else -((crop - full) // 2)
 
+        return one(size[0], self.size[0]), one(size[1], self.size[1])
+
+    def map_axes(self, axes: AxisMap, params: Params, sizes: Sizes) -> None:
         n, device = axes.scale.shape[0], axes.scale.device
-        starts = [[start(h, self.size[0]), start(w, self.size[1])] for h, w in (sizes.per_image or [sizes.uniform])]
-        axes.crop(to_device(starts, device).expand(n, 2),
-                  _pair(self.size, device))
+        starts = [list(self.start(hw)) for hw in (sizes.per_image or [sizes.uniform])]
+        axes.crop(to_device(starts, device).expand(n, 2), _pair(self.size, device))
 
 
 class _RandomFlip(GeometricOp):
