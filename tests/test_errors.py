@@ -156,6 +156,7 @@ def test_bad_op_arguments_raise_what_torchvision_raises(name, args, kwargs):
         (lambda: ga.RandomRotation(15, expand=True), ValueError),
         (lambda: ga.RandomRotation(15, center=(3, 4)), ValueError),
         (lambda: ga.Resize(256, max_size=300), ValueError),
+        (lambda: ga.Resize(256, antialias="yes"), TypeError),
         # torchvision takes these, then fails when drawing (RuntimeError) or draws inf/nan factors
         (lambda: ga.RandomRotation((10, -10)), ValueError),
         (lambda: ga.RandomRotation(float("nan")), ValueError),
@@ -260,6 +261,7 @@ def test_torchvision_keyword_arguments_with_their_supported_values():
              (ga.Resize([256], bilinear, None, True), ga.Resize(256)),
              (ga.RandomRotation(15, bilinear, False, None, 0.5), ga.RandomRotation(15, fill=0.5)),
              (ga.RandomRotation(15, interpolation="bilinear"), ga.RandomRotation(15)),
-             (ga.Normalize((0.5,), (0.2,), inplace=True), ga.Normalize((0.5,), (0.2,)))]
+             (ga.Normalize((0.5,), (0.2,), inplace=True), ga.Normalize((0.5,), (0.2,))),
+             (ga.Resize(100, antialias=None), ga.Resize(100, antialias=False))]  # torchvision: None is False
     for ported, ours in pairs:
         assert repr(ported) == repr(ours)

@@ -102,6 +102,13 @@ def check_probability(p) -> float:
     return float(p)
 
 
+def check_antialias(antialias) -> bool:
+    """A bool; None means False, as torchvision's resize of a tensor reads it."""
+    if antialias is not None and not isinstance(antialias, bool):
+        raise TypeError(f"antialias should be a bool (or None, meaning False), got {antialias!r}")
+    return bool(antialias)
+
+
 def check_bilinear(interpolation, op: str) -> None:
     """torchvision's ``interpolation`` argument, for code ported from it: gpuaug resamples
     bilinearly only, so BILINEAR (the enum or its name) is accepted and anything else refused."""

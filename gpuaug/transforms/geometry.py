@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from ..functional.geometry import flip_matrix, rotation_matrix
-from ._base import Draw, Op, Params, Sizes, check_bilinear, check_probability, check_range, setup_size, to_device
+from ._base import Draw, Op, Params, Sizes, check_antialias, check_bilinear, check_probability, check_range, setup_size, to_device
 
 
 class AxisMap:
@@ -106,7 +106,7 @@ class RandomResizedCrop(GeometricOp):
         scale, ratio = check_range(scale, "scale"), check_range(ratio, "ratio")
         if scale[0] <= 0 or ratio[0] <= 0:
             raise ValueError(f"scale and ratio must be positive, got scale={scale}, ratio={ratio}")
-        self.scale, self.ratio, self.antialias = scale, ratio, antialias
+        self.scale, self.ratio, self.antialias = scale, ratio, check_antialias(antialias)
 
     def extra_repr(self) -> str:
         return f"size={self.size}, scale={self.scale}, ratio={tuple(round(r, 4) for r in self.ratio)}, antialias={self.antialias}"
@@ -179,7 +179,7 @@ class Resize(GeometricOp):
             self.size = int(size)
         else:
             self.size = setup_size(size, "size can be an int or a sequence of one or two ints")
-        self.antialias = antialias
+        self.antialias = check_antialias(antialias)
 
     def extra_repr(self) -> str:
         return f"size={self.size}, antialias={self.antialias}"
