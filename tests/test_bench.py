@@ -107,5 +107,6 @@ def test_a_failing_peer_loses_its_row_not_the_run(monkeypatch, tmp_path):
         return call
 
     monkeypatch.setattr(bench, "gpuaug_pipeline", broken_gpuaug)
+    monkeypatch.setattr(bench, "kornia_augment", lambda device: None)
     with pytest.raises(RuntimeError, match="our own bug"):  # gpuaug's own rows never fail quietly
         bench.run(["cpu"], [4], repeats=1, progress=False)
