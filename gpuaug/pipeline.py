@@ -19,6 +19,7 @@ from .transforms._base import Draw, Op, Params, Sizes, to_device
 from .transforms.color import ColorOp, Normalize, color_programs
 from .transforms.geometry import AxisMap, CenterCrop, GeometricOp, RandomRotation
 
+
 class Pipeline(nn.Module):
     """A batched augmentation graph with its own random parameters for every sample.
 
@@ -71,7 +72,8 @@ class Pipeline(nn.Module):
         self._check_order(ops)
         self.ops = nn.ModuleList(ops)
         # The three stages, fixed at construction: crop/resize/flip ops before any rotation are
-        # resampled together; the rotation and the flips after it are one warp; then color ops.
+        # resampled together; the rotation and the flips after it are one warp (CenterCrops after
+        # it cut the warped image); then color ops.
         first_rotation = next((i for i, op in enumerate(ops) if isinstance(op, RandomRotation)), len(ops))
         self._resample_ops = [op for op in ops[:first_rotation] if isinstance(op, GeometricOp)]
         self._warp_ops = [op for op in ops[first_rotation:] if isinstance(op, GeometricOp) and hasattr(op, "matrix")]
