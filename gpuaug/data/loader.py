@@ -225,8 +225,8 @@ def _select(labels, keep: list[int]):
         return labels[torch.tensor(keep, dtype=torch.long)]
     if isinstance(labels, dict):
         return {k: _select(v, keep) for k, v in labels.items()}
-    if isinstance(labels, (list, tuple)) and all(isinstance(v, (str, bytes)) for v in labels):
-        return [labels[i] for i in keep]  # default_collate keeps strings as a per-sample list
+    if isinstance(labels, (list, tuple)) and not any(isinstance(v, (torch.Tensor, dict, list, tuple)) for v in labels):
+        return [labels[i] for i in keep]  # per sample: default_collate's strings, or a plain list of numbers
     if isinstance(labels, (list, tuple)):  # else its lists and tuples are per field
         fields = [_select(v, keep) for v in labels]
         return type(labels)(*fields) if hasattr(labels, "_fields") else type(labels)(fields)
