@@ -333,3 +333,14 @@ def test_device_loader_on_cuda_without_pipeline_keeps_ragged_batches_packed(fold
     out = list(ga.DeviceLoader(DataLoader(ImageFolder(folder), batch_size=4, collate_fn=collate), device="cuda"))
     assert any(isinstance(x, ga.PackedImages) for x, _ in out)
     assert all(t.device.type == "cuda" for x, _ in out for t in (x if isinstance(x, ga.PackedImages) else [x]))
+
+
+def test_dropping_a_sample_drops_its_label_in_every_form():
+    from gpuaug.data.loader import _select
+
+    keep = [0, 2]
+    assert _select([10, 11, 12], keep) == [10, 12] and _select(("a", "b", "c"), keep) == ["a", "c"]
+    assert torch.equal(_select(torch.tensor([[1], [2], [3]]), keep), torch.tensor([[1], [3]]))
+    fields = _select([torch.tensor([1, 2, 3]), ("x", "y", "z")], keep)  # default_collate's per-field list
+    assert torch.equal(fields[0], torch.tensor([1, 3])) and fields[1] == ["x", "z"]
+    assert _select({"y": [5, 6, 7]}, keep) == {"y": [5, 7]}
