@@ -95,7 +95,7 @@ class Op(nn.Module):
 
 
 def check_probability(p) -> float:
-    if not isinstance(p, numbers.Real) or isinstance(p, bool):
+    if not isinstance(p, numbers.Real):
         raise TypeError(f"`p` should be a floating point value in the interval [0.0, 1.0], got {type(p).__name__}")
     if not 0.0 <= p <= 1.0:
         raise ValueError("`p` should be a floating point value in the interval [0.0, 1.0].")
