@@ -168,6 +168,10 @@ class Pipeline(nn.Module):
 
     @torch.no_grad()  # not differentiable: float input that requires grad gives an output that does not
     def forward(self, images, params: list[Params] | None = None, return_params: bool = False):
+        if self.device.type == "cuda" and (worker := torch.utils.data.get_worker_info()) is not None:
+            raise RuntimeError(f"gpuaug.Pipeline on {self.device} was called inside DataLoader worker {worker.id}: "
+                               "workers must not touch CUDA. Call it on the batch in the training loop (or "
+                               "through gpuaug.DeviceLoader), or give the Dataset a device='cpu' pipeline")
         if self.device.type in ("cpu", "cuda") and torch.is_autocast_enabled(self.device.type):
             # The output's precision is the pipeline's dtype: under autocast the warp matrices'
             # products and the torch color kernels' matmuls would run in float16/bfloat16.

@@ -158,3 +158,18 @@ def test_cuda_path_resize_and_center_crop_have_no_host_sync(photos, fake_cuda, s
 def test_op_buffers_follow_the_pipeline_device():
     pipe = ga.Pipeline(ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD), device="meta")
     assert {b.device.type for b in pipe.buffers()} == {"meta"}
+
+
+def test_a_cuda_pipeline_called_in_a_dataloader_worker_says_so(photos, fake_cuda, monkeypatch):
+    """A forked worker cannot initialise CUDA; the pipeline names the mistake before touching it."""
+    class Worker:
+        id, seed = 1, 5
+
+    steps = ops()
+    with fake_cuda():
+        pipe = ga.Pipeline(*steps, device="cuda", seed=0)
+        _, drawn = pipe(photos[0][None].to("cuda"), return_params=True)  # in the main process: fine
+        monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: Worker())
+        for params in (None, drawn):
+            with pytest.raises(RuntimeError, match="inside DataLoader worker 1: workers must not touch CUDA"):
+                pipe(photos[0][None], params=params)
