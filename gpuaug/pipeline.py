@@ -201,8 +201,11 @@ class Pipeline(nn.Module):
         if self._color_ops and (on_cpu_kernel or on_gpu_kernel):
             program = color_programs(self._color_ops, by_op, len(items), self.device)
         fused = cpu.fused_color_program(program, channels) if on_cpu_kernel else None
-        parts = cpu.chunks(self._color_ops, by_op, len(items), frames, grouped=fused is None) if own else [
-            slice(0, len(items))]
+        if own:
+            (H, W), (h, w) = sizes.max(), plan["size"] or sizes.max()
+            parts = cpu.chunks(self._color_ops, by_op, len(items), frames, grouped=fused is None, pixels=(H * W, h * w))
+        else:
+            parts = [slice(0, len(items))]
         # CUDA kernels: a ragged batch is packed into one buffer (if not already) and read unpadded.
         packs = sizes.per_image is not None and plan["axes"] is not None
         if isinstance(items, PackedImages) and not packs:
