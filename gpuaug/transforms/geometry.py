@@ -308,6 +308,9 @@ class RandomRotation(GeometricOp):
         elif not isinstance(fill, Sequence) or not all(isinstance(f, numbers.Number) for f in fill):
             raise TypeError(f"fill should be a number or a sequence of numbers, got {fill!r}")
         self.fill = tuple(float(f) for f in fill)
+        if not all(0.0 <= f <= 1.0 for f in self.fill):  # e.g. 255, torchvision's white for uint8 images
+            raise ValueError(f"fill is in the [0, 1] range of gpuaug's float images, got {fill!r} (torchvision's fill "
+                             f"for a uint8 image is in 0-255: divide it by 255)")
 
     def extra_repr(self) -> str:
         return f"degrees={self.degrees}, fill={self.fill}"
