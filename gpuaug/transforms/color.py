@@ -225,6 +225,9 @@ class Normalize(ColorOp):
                              f"and {std_t.numel()}")
         if (std_t <= 0).any():
             raise ValueError(f"std should be positive, got {std_t.tolist()}, leading to division by zero.")
+        if ((mean_t < 0) | (mean_t > 1)).any():  # e.g. [123.675, 116.28, 103.53], for 0-255 pixel values
+            raise ValueError(f"Normalize works on images in [0, 1]: mean should be in [0, 1], got {mean_t.tolist()} "
+                             f"(means and stds for 0-255 pixel values, as DALI or mmcv take them, divide by 255)")
         self.register_buffer("mean", mean_t)
         self.register_buffer("std", std_t)
         self._inv_std: tuple | None = None
