@@ -95,6 +95,8 @@ def check_image_tensor(x: Tensor, what: str) -> None:
     if x.shape[0] == 0:
         raise ValueError(f"expected a non-empty batch of {what}, got shape {tuple(x.shape)}")
     if x.shape[1] not in (1, 3):
-        raise ValueError(f"expected {what} with 1 or 3 channels in dim -3, got {x.shape[1]} (shape {tuple(x.shape)})")
+        hint = " (channels last? .permute(0, 3, 1, 2) makes (B, C, H, W))" if x.shape[-1] in (1, 3) else ""
+        raise ValueError(f"expected {what} with 1 or 3 channels in dim -3, got {x.shape[1]} (shape {tuple(x.shape)})"
+                         + hint)
     if x.shape[-1] == 0 or x.shape[-2] == 0:
         raise ValueError(f"expected {what} with non-zero height and width, got shape {tuple(x.shape)}")
