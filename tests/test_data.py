@@ -74,6 +74,15 @@ def test_symlink_loops_end_and_each_real_folder_is_read_once(tmp_path, photos):
     assert found == ds.paths
 
 
+def test_extensions_as_one_string_or_any_case(tmp_path):
+    (tmp_path / "c").mkdir()
+    for name in ("a.jpg", "b.png", "c.JPG"):
+        Image.new("RGB", (4, 4)).save(tmp_path / "c" / name, format="PNG" if name.endswith("png") else "JPEG")
+    names = lambda ds: [os.path.basename(p) for p in ds.paths]  # noqa: E731
+    assert names(ImageFolder(tmp_path, extensions=".jpg")) == ["a.jpg", "c.JPG"]  # not every name ending in j, p, g
+    assert names(ImageFolder(tmp_path, extensions=(".PNG",))) == ["b.png"]
+
+
 def test_every_format_arrives_as_rgb_uint8_matching_pil(folder):
     ds = ImageFolder(folder)
     for (path, _), i in zip(ds.samples, range(len(ds))):

@@ -89,6 +89,7 @@ def find_files(root, extensions) -> list[str]:
     """Files under ``root`` whose names end with one of ``extensions`` (any case), sorted by folder
     then name. Symlinked folders are followed, as torchvision's ImageFolder does, but each real
     folder only once: a link loop (``a/up -> ..``) would otherwise never end."""
+    suffixes = tuple(e.lower() for e in ((extensions,) if isinstance(extensions, str) else extensions))
     seen, found = set(), []
     for dirpath, dirnames, files in os.walk(root, followlinks=True):
         try:
@@ -99,7 +100,7 @@ def find_files(root, extensions) -> list[str]:
             dirnames[:] = []
             continue
         seen.add((st.st_dev, st.st_ino))
-        found.append((dirpath, sorted(f for f in files if f.lower().endswith(tuple(extensions)))))
+        found.append((dirpath, sorted(f for f in files if f.lower().endswith(suffixes))))
     return [os.path.join(d, f) for d, names in sorted(found) for f in names]
 
 
@@ -122,7 +123,7 @@ class ImageFolder(ImageFiles):
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
         samples = [(path, self.class_to_idx[c]) for c in self.classes for path in find_files(root / c, extensions)]
         if not samples:
-            raise FileNotFoundError(f"no image files with extensions {tuple(extensions)} found in {str(root)!r}")
+            raise FileNotFoundError(f"no image files with extensions {extensions!r} found in {str(root)!r}")
         self.samples = samples
         super().__init__([p for p, _ in samples], [y for _, y in samples], decode=decode, on_error=on_error)
         self.targets = self.labels
