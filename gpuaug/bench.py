@@ -139,8 +139,10 @@ def _without_triton(pipeline: Pipeline, images: torch.Tensor) -> torch.Tensor:
             os.environ["GPUAUG_TRITON"] = before
 
 
-def run(devices=None, batch_sizes=(64, 256), repeats: int = 5, progress: bool = True) -> list[dict]:
-    """Time every method on every device and batch size; returns one dict per row."""
+def run(devices=None, batch_sizes=(64, 256), repeats: int = 5, progress: bool = True, on_row=None) -> list[dict]:
+    """Time every method on every device and batch size; returns one dict per row. ``on_row(rows)``
+    is called after each row (the CLI saves and reports partial results with it, so a run cut
+    short, as by a time limit on a lent GPU, still leaves what it measured)."""
     from tqdm.auto import tqdm
 
     keep_freed_memory()  # for every row alike: page faults on fresh mmap pages otherwise dominate CPU rows
@@ -172,6 +174,8 @@ def run(devices=None, batch_sizes=(64, 256), repeats: int = 5, progress: bool = 
                                   RuntimeWarning, stacklevel=2)
                 rows.append(row)
                 bar.update()
+                if on_row is not None:
+                    on_row(rows)
             torch.set_num_threads(threads)
     finally:
         torch.set_num_threads(threads)

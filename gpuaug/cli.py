@@ -73,8 +73,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.repeats < 1 or any(s < 1 for s in args.batch_sizes):
             parser.error("--repeats and --batch-sizes must be positive")
         batch_sizes, repeats = ([16], 2) if args.quick else (args.batch_sizes, args.repeats)
+        def on_row(rows):  # partial results survive a run cut short
+            if args.json:
+                b.save_json(rows, args.json)
+            if args.no_progress:
+                r = rows[-1]
+                done = f"{r['images_per_s']:.1f} img/s" if r["images_per_s"] is not None else f"failed: {r['error']}"
+                print(f"gpuaug bench: {r['device']} batch {r['batch']} {r['method']}: {done}", file=sys.stderr, flush=True)
+
         try:
-            rows = b.run(args.device, batch_sizes, repeats, progress=not args.no_progress)
+            rows = b.run(args.device, batch_sizes, repeats, progress=not args.no_progress, on_row=on_row)
         except ValueError as e:
             print(f"gpuaug bench: {e}", file=sys.stderr)
             return 2

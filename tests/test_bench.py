@@ -110,3 +110,22 @@ def test_a_failing_peer_loses_its_row_not_the_run(monkeypatch, tmp_path):
     monkeypatch.setattr(bench, "kornia_augment", lambda device: None)
     with pytest.raises(RuntimeError, match="our own bug"):  # gpuaug's own rows never fail quietly
         bench.run(["cpu"], [4], repeats=1, progress=False)
+
+
+def test_a_run_cut_short_leaves_its_rows(tmp_path, monkeypatch, capsys):
+    """On a lent GPU the check runs under a time limit: rows measured before a cut are kept."""
+    calls = []
+
+    def timed(fn, device, repeats, warmup=1):
+        calls.append(fn)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # as `timeout` would stop it
+        return 0.01
+
+    monkeypatch.setattr(bench, "_median_seconds", timed)
+    path = tmp_path / "partial.json"
+    with pytest.raises(KeyboardInterrupt):
+        main(["bench", "--quick", "--device", "cpu", "--no-progress", "--json", str(path)])
+    rows = json.loads(path.read_text())["rows"]
+    assert [r["images_per_s"] for r in rows] == [1600.0, 1600.0]
+    assert capsys.readouterr().err.count("gpuaug bench: cpu") == 2
