@@ -12,6 +12,8 @@ set -u
 OUT=${OUT:-$PWD/bench_out}
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# Output goes through pipes (tee): unbuffered, so a step cut by its timeout keeps what it printed.
+export PYTHONUNBUFFERED=1
 PY=python3
 if ! $PY -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
   echo "gpu_check.sh: no CUDA device here; run it on a lent GPU (device tool)" | tee "$OUT/device.txt"
