@@ -169,7 +169,8 @@ def run(devices=None, batch_sizes=(64, 256), repeats: int = 5, progress: bool = 
                 except Exception as e:  # a peer that fails here (kornia under torch.compile, say) loses its row only
                     if method not in PEERS:
                         raise
-                    row.update(images_per_s=None, ms_per_batch=None, error=f"{type(e).__name__}: {e}".splitlines()[0][:160])
+                    error = f"{type(e).__name__}: {e}".splitlines()[0][:160]
+                    row.update(images_per_s=None, ms_per_batch=None, error=error)
                     warnings.warn(f"gpuaug bench: {method} failed on {device} at batch {batch}: {row['error']}",
                                   RuntimeWarning, stacklevel=2)
                 rows.append(row)

@@ -79,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.no_progress:
                 r = rows[-1]
                 done = f"{r['images_per_s']:.1f} img/s" if r["images_per_s"] is not None else f"failed: {r['error']}"
-                print(f"gpuaug bench: {r['device']} batch {r['batch']} {r['method']}: {done}", file=sys.stderr, flush=True)
+                print(f"gpuaug bench: {r['device']} batch {r['batch']} {r['method']}: {done}", file=sys.stderr,
+                      flush=True)
 
         try:
             rows = b.run(args.device, batch_sizes, repeats, progress=not args.no_progress, on_row=on_row)

@@ -48,8 +48,8 @@ class Batch(NamedTuple):
     ``(T, 3, H_i, W_i)`` clips, in one buffer);
     with ``decode="gpu"``, an :class:`EncodedBatch` (JPEG bytes, and any image decoded in the
     worker, in one buffer); ``labels``: int64 ``(B,)`` for int labels (any other kind as
-    ``torch.utils.data.default_collate`` collates it: tensors stacked, dicts per key); ``bad``: the :class:`BadFile` records of
-    files dropped from this batch.
+    ``torch.utils.data.default_collate`` collates it: tensors stacked, dicts per key); ``bad``:
+    the :class:`BadFile` records of files dropped from this batch.
     """
 
     images: torch.Tensor | PackedImages | EncodedBatch

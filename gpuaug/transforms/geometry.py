@@ -16,7 +16,8 @@ import torch
 from torch import Tensor
 
 from ..functional.geometry import flip_matrix, rotation_matrix
-from ._base import Draw, Op, Params, Sizes, check_antialias, check_bilinear, check_probability, check_range, setup_size, to_device
+from ._base import (Draw, Op, Params, Sizes, check_antialias, check_bilinear, check_probability, check_range,
+                    setup_size, to_device)
 
 
 class AxisMap:
