@@ -85,7 +85,7 @@ def _measure(pipe, x, calls: int, show_ops: bool, label: str) -> None:
     total = time.perf_counter() - start
     with _Count() as counter:
         pipe(x)
-    order = ["draw", "plan", "geometry", *[type(op).__name__ for op in pipe._color_ops], "color (Triton)", "finish",
+    order = ["draw", "plan", "geometry", *[type(pipe.ops[i]).__name__ for i in pipe._color_at], "color (Triton)", "finish",
              "other"]
     counts = " | ".join(f"{k} {counter.counts[k]}" for k in order if counter.counts[k])
     kernel = pipeline_module._gpu_kernels(None)
@@ -135,7 +135,7 @@ def _count(args) -> None:
         pipe = ga.Pipeline(ga.RandomResizedCrop(8), ga.RandomHorizontalFlip(), ga.RandomRotation(15),
                            ga.ColorJitter(0.4, 0.4, 0.4, 0.1), ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD),
                            device="cpu", seed=0)
-        for op in pipe._color_ops:
+        for op in (pipe.ops[i] for i in pipe._color_at):
             op.apply = _labelled(op.apply, type(op).__name__)
         pipe._color_gpu = _labelled(pipe._color_gpu, "color (Triton)")
         _measure(pipe, x, args.calls, args.ops, label)

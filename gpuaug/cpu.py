@@ -77,9 +77,10 @@ def own_path(device) -> bool:
     return OWN_PATH and torch.device(device).type == "cpu"
 
 
-def chunks(color_ops, by_op: dict, n: int, frames: int, grouped: bool = True,
+def chunks(color: list[tuple], n: int, frames: int, grouped: bool = True,
            pixels: tuple[int, int] = (1, 1)) -> list[slice | Tensor]:
-    """The chunks of the ``n`` images: runs of ``max(CHUNK, frames)`` or fewer (a clip's frames
+    """The chunks of the ``n`` images (``color``: the color ops with their params, ``(op, params)``
+    pairs): runs of ``max(CHUNK, frames)`` or fewer (a clip's frames
     stay together; images whose ``pixels``, ``(largest source, output)``, are smaller than a
     photo's go in proportionally larger runs), as slices in order, or, where ``grouped`` and the
     color ops' group keys (``ColorOp.group_key``) differ, as index tensors that keep each chunk
@@ -87,7 +88,7 @@ def chunks(color_ops, by_op: dict, n: int, frames: int, grouped: bool = True,
     of them needs."""
     fit = min(CHUNK_SOURCE_PIXELS // max(pixels[0], 1), CHUNK_OUTPUT_PIXELS // max(pixels[1], 1))
     step = max(CHUNK, frames, fit)
-    keys = [k for op in color_ops if grouped and (k := op.group_key(by_op[id(op)])) is not None]
+    keys = [k for op, params in color if grouped and (k := op.group_key(params)) is not None]
     group = torch.unique(torch.stack(keys, 1), dim=0, return_inverse=True)[1] if keys else torch.zeros(n)
     counts = torch.bincount(group.long()).tolist()
     if len(counts) == 1:  # one group: the batch's own order

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import os
 from collections.abc import Sequence
 
@@ -66,20 +65,19 @@ class Pipeline(nn.Module):
         for op in ops:
             if not isinstance(op, Op):
                 raise TypeError(f"Pipeline expects gpuaug ops, got {type(op).__name__}: {op!r}")
-        # An op listed twice runs twice with its own draws, as in torchvision's Compose: each
-        # position gets its own object (params are kept per op object).
-        ops = tuple(copy.deepcopy(op) if any(op is other for other in ops[:i]) else op for i, op in enumerate(ops))
         self._check_order(ops)
         self.ops = nn.ModuleList(ops)
-        # The three stages, fixed at construction: crop/resize/flip ops before any rotation are
-        # resampled together; the rotation and the flips after it are one warp (CenterCrops after
-        # it cut the warped image); then color ops.
+        # The three stages, fixed at construction, as positions in ``ops`` (params go by position,
+        # so an op listed twice draws twice, as in torchvision's Compose): crop/resize/flip ops
+        # before any rotation are resampled together; the rotation and the flips after it are one
+        # warp (CenterCrops after it cut the warped image: torchvision's idiom to hide the
+        # corners); then color ops.
         first_rotation = next((i for i, op in enumerate(ops) if isinstance(op, RandomRotation)), len(ops))
-        self._resample_ops = [op for op in ops[:first_rotation] if isinstance(op, GeometricOp)]
-        self._warp_ops = [op for op in ops[first_rotation:] if isinstance(op, GeometricOp) and hasattr(op, "matrix")]
-        # CenterCrops after the rotation cut its output (torchvision's idiom to hide the corners).
-        self._final_crops = [op for op in ops[first_rotation:] if isinstance(op, CenterCrop)]
-        self._color_ops = [op for op in ops if isinstance(op, ColorOp)]
+        geometric = [i for i, op in enumerate(ops) if isinstance(op, GeometricOp)]
+        self._resample_at = [i for i in geometric if i < first_rotation]
+        self._warp_at = [i for i in geometric if i >= first_rotation and hasattr(ops[i], "matrix")]
+        self._final_crop_at = [i for i in geometric if i >= first_rotation and isinstance(ops[i], CenterCrop)]
+        self._color_at = [i for i, op in enumerate(ops) if isinstance(op, ColorOp)]
         self.dtype = checked_dtype(dtype)
         self.channels_last = bool(channels_last)
         self.seed = int(torch.randint(0, 2**62, (1,)).item()) if seed is None else checked_seed(seed)
@@ -184,12 +182,12 @@ class Pipeline(nn.Module):
         else:
             params = self._check_params(params, n, sizes, frames)
         frame_params = [{k: v.repeat_interleave(frames, 0) for k, v in p.items()} if frames > 1 else p for p in params]
-        by_op = {id(op): p for op, p in zip(self.ops, frame_params)}
+        color = [(self.ops[i], frame_params[i]) for i in self._color_at]
         first = items if isinstance(items, Tensor) else items[0]
         channels = first.shape[-3]
         own = cpu.own_path(self.device)
         kernels = None if own else _gpu_kernels(self.device)
-        plan = self._plan(sizes, by_op, len(items), channels, uint8=first.dtype == torch.uint8, kernels=kernels)
+        plan = self._plan(sizes, frame_params, len(items), channels, uint8=first.dtype == torch.uint8, kernels=kernels)
 
         # The plan (taps, matrices) is built once for the whole batch. On CUDA: one pass, the warp
         # and the color ops as Triton kernels (gpuaug.gpu_kernels) or else torch kernels. On the CPU
@@ -198,12 +196,12 @@ class Pipeline(nn.Module):
         on_cpu_kernel = own and self.compute_dtype() == torch.float32
         on_gpu_kernel = plan["kernels"] is not None
         program = None
-        if self._color_ops and (on_cpu_kernel or on_gpu_kernel):
-            program = color_programs(self._color_ops, by_op, len(items), self.device)
+        if color and (on_cpu_kernel or on_gpu_kernel):
+            program = color_programs(color, len(items), self.device)
         fused = cpu.fused_color_program(program, channels) if on_cpu_kernel else None
         if own:
             (H, W), (h, w) = sizes.max(), plan["size"] or sizes.max()
-            parts = cpu.chunks(self._color_ops, by_op, len(items), frames, grouped=fused is None, pixels=(H * W, h * w))
+            parts = cpu.chunks(color, len(items), frames, grouped=fused is None, pixels=(H * W, h * w))
         else:
             parts = [slice(0, len(items))]
         # CUDA kernels: a ragged batch is packed into one buffer (if not already) and read unpadded.
@@ -227,8 +225,8 @@ class Pipeline(nn.Module):
                 out = self._color_gpu(plan["kernels"], x, program)
                 if out is not None:  # CUDA: one part, the whole batch
                     break
-            for op in self._color_ops:
-                x = op.apply(x, {k: _take(v, part) for k, v in by_op[id(op)].items()})
+            for op, p in color:
+                x = op.apply(x, {k: _take(v, part) for k, v in p.items()})
             if len(parts) == 1:  # a slice of everything: the batch's own order
                 out = x
                 break
@@ -252,7 +250,7 @@ class Pipeline(nn.Module):
                 sizes = op.output_sizes(sizes)
         return params
 
-    def _plan(self, sizes: Sizes, by_op: dict, n: int, channels: int, uint8: bool, kernels=None) -> dict:
+    def _plan(self, sizes: Sizes, params: list[Params], n: int, channels: int, uint8: bool, kernels=None) -> dict:
         """Per-sample resampling (crop/resize/flip) and warp matrix (rotation and the flips after
         it) for the whole batch, from the params; ``None`` for a stage with no op. The resampling
         is planned as axis maps for the CUDA kernels (``kernels``: :mod:`gpuaug.gpu_kernels`,
@@ -262,11 +260,12 @@ class Pipeline(nn.Module):
         plan = {"resample": None, "axes": None, "rows": None, "cols": None, "boxes": None, "size": None,
                 "warp": None, "fill": None, "final_crop": None, "kernels": kernels}
         s = sizes
-        if self._resample_ops or sizes.uniform is None:
+        if self._resample_at or sizes.uniform is None:
             axes = AxisMap(sizes.pairs(n, self.device))
             zoom_y = zoom_x = 1.0
-            for op in self._resample_ops:
-                op.map_axes(axes, by_op[id(op)], s)
+            for i in self._resample_at:
+                op = self.ops[i]
+                op.map_axes(axes, params[i], s)
                 zy, zx = op.max_scale(s)
                 zoom_y, zoom_x = zoom_y * zy, zoom_x * zx
                 s = op.output_sizes(s)
@@ -275,7 +274,7 @@ class Pipeline(nn.Module):
                     "images of different sizes need a pipeline with a fixed output size (add RandomResizedCrop, "
                     f"CenterCrop or Resize((h, w)) before any RandomRotation); this one gives sizes "
                     f"{sorted(set(s.per_image))[:4]}...")
-            aa = all(getattr(op, "antialias", True) for op in self._resample_ops)
+            aa = all(getattr(self.ops[i], "antialias", True) for i in self._resample_at)
             (h, w) = s.uniform
             plan["size"] = (h, w)
             # Per axis (y, x): scale, offset, window lo/hi, valid lo/hi, each (n, 2).
@@ -291,27 +290,27 @@ class Pipeline(nn.Module):
                 plan["boxes"] = (ys, xs) if ys is not None and xs is not None else None
             if plan["axes"] is None and plan["boxes"] is None:
                 plan["rows"], plan["cols"] = _filter_taps(plan["resample"], plan["size"])
-        return self._plan_warp(plan, s, by_op, channels)
+        return self._plan_warp(plan, s, params, channels)
 
-    def _plan_warp(self, plan: dict, s: Sizes, by_op: dict, channels: int) -> dict:
+    def _plan_warp(self, plan: dict, s: Sizes, params: list[Params], channels: int) -> dict:
         """The warp stage of :meth:`_plan`: ``s`` are the sizes it sees."""
-        if self._warp_ops:
+        if self._warp_at:
             matrix = None
-            for op in self._warp_ops:
-                m = op.matrix(by_op[id(op)], s.uniform)
+            for i in self._warp_at:
+                m = self.ops[i].matrix(params[i], s.uniform)
                 matrix = m if matrix is None else matrix @ m
             plan["warp"] = matrix
-            fill = next(op.fill for op in self._warp_ops if isinstance(op, RandomRotation))
+            fill = next(self.ops[i].fill for i in self._warp_at if isinstance(self.ops[i], RandomRotation))
             if len(fill) not in (1, channels):
                 raise ValueError(f"RandomRotation fill has {len(fill)} values, images have {channels} channels")
             if any(fill):
                 plan["fill"] = to_device(fill * channels if len(fill) == 1 else fill, self.device)
-        if self._final_crops:  # one window (top, left, h, w) of the warped image, host-side
+        if self._final_crop_at:  # one window (top, left, h, w) of the warped image, host-side
             top = left = 0
             size = s.uniform
-            for op in self._final_crops:
-                t, l = op.start(size)
-                top, left, size = top + t, left + l, op.size
+            for i in self._final_crop_at:
+                t, l = self.ops[i].start(size)
+                top, left, size = top + t, left + l, self.ops[i].size
             plan["final_crop"] = (top, left, *size)
         return plan
 
@@ -341,7 +340,7 @@ class Pipeline(nn.Module):
             x = x.to(dt).mul_(1 / 255)
         elif plan["resample"] is None:
             # With no warp and no color op after it, a float input would come back as itself.
-            x = x.to(dt, copy=warp is None and not self._color_ops)
+            x = x.to(dt, copy=warp is None and not self._color_at)
             if uint8:
                 x = x.mul_(1 / 255)
         else:

@@ -38,12 +38,14 @@ class ColorOp(Op):
         return None
 
 
-def color_programs(color_ops, by_op: dict, n: int, device) -> tuple[Tensor, Tensor, Normalize | None] | None:
-    """The pipeline's color ops as one program per sample for the fused kernels: ``(ops, factors,
-    normalize)``, ``ops``/``factors`` ``(n, S)`` int32/float32 (S may be 0) and the final
-    ``Normalize`` (or None), which the kernels run last; ``None`` if an op has no program."""
-    normalize = color_ops[-1] if color_ops and isinstance(color_ops[-1], Normalize) else None
-    programs = [op.program(by_op[id(op)]) for op in color_ops if op is not normalize]
+def color_programs(color: list[tuple[ColorOp, Params]], n: int,
+                   device) -> tuple[Tensor, Tensor, Normalize | None] | None:
+    """The pipeline's color ops, ``(op, params)`` pairs in order, as one program per sample for the
+    fused kernels: ``(ops, factors, normalize)``, ``ops``/``factors`` ``(n, S)`` int32/float32 (S
+    may be 0) and the final ``Normalize`` (or None), which the kernels run last; ``None`` if an op
+    has no program."""
+    normalize = color[-1][0] if color and isinstance(color[-1][0], Normalize) else None
+    programs = [op.program(params) for op, params in (color[:-1] if normalize is not None else color)]
     if any(p is None for p in programs):
         return None
     if not programs:
