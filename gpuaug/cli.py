@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.repeats < 1 or any(s < 1 for s in args.batch_sizes):
             parser.error("--repeats and --batch-sizes must be positive")
         batch_sizes, repeats = ([16], 2) if args.quick else (args.batch_sizes, args.repeats)
+
         def on_row(rows):  # partial results survive a run cut short
             if args.json:
                 b.save_json(rows, args.json)

@@ -25,11 +25,9 @@ def inspect_images(images) -> tuple[list[Tensor] | Tensor, Sizes, int, bool]:
         if len(images) == 0:
             raise ValueError("expected a non-empty batch of images, got an empty PackedImages")
         if images.clips:  # clips of different sizes: their frames, read in place
-            counts = {s[0] for s in images.shapes}
-            if len(counts) != 1 or 0 in counts:
-                raise ValueError(f"clips need one (non-zero) frame count, got {[s[0] for s in images.shapes]}")
+            frames = _frame_count([s[0] for s in images.shapes])
             items, sizes, _, _ = inspect_images(images.frames())
-            return items, sizes, images.shapes[0][0], True
+            return items, sizes, frames, True
         check_image_tensor(images[0][None], "images")
         shapes = set(images.shapes)
         if len({c for c, _, _ in shapes}) != 1 or any(h == 0 or w == 0 for _, h, w in shapes):
@@ -42,11 +40,9 @@ def inspect_images(images) -> tuple[list[Tensor] | Tensor, Sizes, int, bool]:
         if len(images) == 0:
             raise ValueError("expected a non-empty batch of images, got an empty list")
         if all(isinstance(t, Tensor) and t.dim() == 4 for t in images):  # clips of different sizes
-            if len({t.shape[0] for t in images}) != 1 or images[0].shape[0] == 0:
-                raise ValueError(f"clips in a list need one (non-zero) frame count, got {[t.shape[0] for t in images]}")
-            frames = [f for clip in images for f in clip.unbind(0)]
-            items, sizes, _, _ = inspect_images(frames)
-            return items, sizes, images[0].shape[0], True
+            frames = _frame_count([t.shape[0] for t in images])
+            items, sizes, _, _ = inspect_images([f for clip in images for f in clip.unbind(0)])
+            return items, sizes, frames, True
         for i, t in enumerate(images):
             if not isinstance(t, Tensor):
                 raise TypeError(f"expected a list of (C, H, W) tensors, item {i} is {type(t).__name__}")
@@ -75,6 +71,13 @@ def inspect_images(images) -> tuple[list[Tensor] | Tensor, Sizes, int, bool]:
             f"got a tensor of shape {tuple(images.shape)}")
     check_image_tensor(images, "images")
     return images, Sizes(uniform=tuple(images.shape[-2:])), 1, False
+
+
+def _frame_count(counts: list[int]) -> int:
+    """The one frame count of a batch of clips of different sizes."""
+    if len(set(counts)) != 1 or counts[0] == 0:
+        raise ValueError(f"clips need one (non-zero) frame count, got {counts}")
+    return counts[0]
 
 
 def checked_dtype(dtype) -> torch.dtype | None:

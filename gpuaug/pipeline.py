@@ -200,7 +200,8 @@ class Pipeline(nn.Module):
             program = color_programs(color, len(items), self.device)
         fused = cpu.fused_color_program(program, channels) if on_cpu_kernel else None
         if own:
-            (H, W), (h, w) = sizes.max(), plan["size"] or sizes.max()
+            source = sizes.max()
+            (H, W), (h, w) = source, plan["size"] or source
             parts = cpu.chunks(color, len(items), frames, grouped=fused is None, pixels=(H * W, h * w))
         else:
             parts = [slice(0, len(items))]
