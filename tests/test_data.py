@@ -1,7 +1,9 @@
 """Decode-only datasets, bad files under both policies, collate and DeviceLoader, on real files."""
 
+import io
 import multiprocessing
 import os
+import struct
 import warnings
 
 import numpy as np
@@ -35,8 +37,25 @@ def folder(tmp_path_factory, photos):
     exif = Image.Exif()
     exif[0x0112] = 6  # orientation: rotate 90 degrees clockwise to display
     Image.fromarray(rocket).save(root / "space" / "exif_rotated.jpg", exif=exif, quality=92)
+    # what torchvision.io does not read and torchvision's (PIL) ImageFolder does: PIL decodes these
+    Image.fromarray(chelsea).save(root / "cat" / "rgb.bmp")
+    Image.fromarray(coffee).save(root / "cat" / "rgb.ppm")
+    Image.fromarray(coffee).convert("L").save(root / "cat" / "gray.pgm")
+    Image.fromarray(astro).save(root / "space" / "rgb.tif", compression="tiff_lzw")
+    Image.fromarray((astro[..., 1].astype(np.uint16) * 257)).save(root / "space" / "gray16.tif")
+    Image.fromarray(rocket).save(root / "space" / "rgb.webp", lossless=True)
+    first = Image.fromarray(rocket).convert("P")  # <= 256 colors: GIF keeps them exactly
+    # torchvision's ImageFolder skips .gif (ImageFiles reads it)
+    first.save(root / "space" / "animated.gif", save_all=True, append_images=[first.rotate(90), first.rotate(180)])
     (root / "space" / "notes.txt").write_text("not an image")
     return root
+
+
+# Lossless files of the fixture and the pixels they were written from (a PNG of the same pixels is
+# the reference's second witness: torchvision.io decodes it, PIL is not involved).
+LOSSLESS = {"rgb.bmp": ("chelsea", None), "rgb.ppm": ("coffee", None), "gray.pgm": ("coffee", "L"),
+            "rgb.tif": ("astronaut", None), "rgb.webp": ("rocket", None), "animated.gif": ("rocket", "P"),
+            "gray16.tif": ("astronaut", "16")}
 
 
 def test_image_folder_layout_matches_torchvision(folder):
@@ -98,6 +117,35 @@ def test_every_format_arrives_as_rgb_uint8_matching_pil(folder):
         assert np.abs(img.permute(1, 2, 0).numpy().astype(int) - expected.astype(int)).mean() < tol, path
 
 
+@pytest.mark.parametrize("name", sorted(LOSSLESS))
+def test_formats_torchvision_io_does_not_read_give_their_exact_pixels(folder, photos, tmp_path, name):
+    """BMP, PPM/PGM, TIFF (8 and 16 bit) through PIL, WEBP and an animated GIF (its first frame)
+    through torchvision.io: each equals the pixels it was written from, as torchvision.io decodes
+    them from a PNG."""
+    from torchvision.io import ImageReadMode, decode_image, read_file
+    from torchvision.transforms.v2.functional import to_dtype
+
+    source, mode = LOSSLESS[name]
+    rgb = _rgb(photos[["astronaut", "coffee", "chelsea", "rocket"].index(source)])
+    png = tmp_path / "reference.png"
+    if mode == "16":
+        Image.fromarray(rgb[..., 1].astype(np.uint16) * 257).save(png)
+    elif mode:
+        Image.fromarray(rgb).convert(mode).save(png)
+    else:
+        Image.fromarray(rgb).save(png)
+    expected = to_dtype(decode_image(read_file(str(png)), mode=ImageReadMode.RGB), torch.uint8, scale=True)
+    img, _ = ImageFiles([next(folder.glob(f"*/{name}"))])[0]
+    assert img.dtype == torch.uint8 and img.shape == expected.shape, (img.shape, expected.shape)
+    assert torch.equal(img, expected)
+
+
+def test_32_bit_images_are_a_decode_error_saying_why(tmp_path):
+    Image.fromarray(np.linspace(0, 1, 64 * 48, dtype=np.float32).reshape(48, 64)).save(tmp_path / "float.tif")
+    item, _ = ImageFiles([tmp_path / "float.tif"])[0]
+    assert isinstance(item, BadFile) and "32-bit float" in item.cause
+
+
 def test_exif_rotated_photo_arrives_upright(folder, photos):
     img, _ = ImageFiles([folder / "space" / "exif_rotated.jpg"])[0]
     stored_h, stored_w = photos[3].shape[-2:]
@@ -115,13 +163,30 @@ def _bad_files(tmp_path, photos):
     sof = data.index(b"\xff\xc0")  # baseline frame header: height and width follow the precision byte
     huge = data[: sof + 5] + (60000).to_bytes(2, "big") + (60000).to_bytes(2, "big") + data[sof + 9 :]
     (tmp_path / "huge.jpg").write_bytes(huge)
+    gif = bytearray(_encoded(photos[2], "GIF"))  # 60000x60000 in both the screen and the frame header
+    gif[6:10] = gif[gif.index(b"\x2c", 13) + 5 : gif.index(b"\x2c", 13) + 9] = struct.pack("<HH", 60000, 60000)
+    (tmp_path / "huge.gif").write_bytes(gif)
+    bmp = bytearray(_encoded(photos[2], "BMP"))
+    bmp[18:26] = struct.pack("<ii", 100000, 100000)
+    (tmp_path / "huge.bmp").write_bytes(bmp)
     return good, {
         "truncated.jpg": "decode", "empty.jpg": "empty", "text.jpg": "decode", "directory.jpg": "read",
-        "missing.jpg": "read", "huge.jpg": "absurd dimensions",
+        "missing.jpg": "read", "huge.jpg": "absurd dimensions", "huge.gif": "absurd dimensions",
+        "huge.bmp": "absurd dimensions",
     }
 
 
-@pytest.mark.parametrize("kind", ["truncated.jpg", "empty.jpg", "text.jpg", "directory.jpg", "missing.jpg", "huge.jpg"])
+def _encoded(photo: torch.Tensor, fmt: str) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(_rgb(photo)).save(buffer, fmt)
+    return buffer.getvalue()
+
+
+BAD_FILES = ["truncated.jpg", "empty.jpg", "text.jpg", "directory.jpg", "missing.jpg", "huge.jpg", "huge.gif",
+             "huge.bmp"]
+
+
+@pytest.mark.parametrize("kind", BAD_FILES)
 def test_bad_file_raises_decode_error_naming_path_and_cause(tmp_path, photos, kind):
     good, causes = _bad_files(tmp_path, photos)
     ds = ImageFiles([good, tmp_path / kind], labels=[0, 1], on_error="raise")
@@ -134,7 +199,7 @@ def test_bad_file_raises_decode_error_naming_path_and_cause(tmp_path, photos, ki
     assert causes[kind] in str(info.value) and str(tmp_path / kind) in str(info.value)
 
 
-@pytest.mark.parametrize("kind", ["truncated.jpg", "empty.jpg", "text.jpg", "directory.jpg", "missing.jpg", "huge.jpg"])
+@pytest.mark.parametrize("kind", BAD_FILES)
 def test_bad_file_skipped_warned_once_and_counted(tmp_path, photos, kind):
     good, _ = _bad_files(tmp_path, photos)
     ds = ImageFiles([good, tmp_path / kind, good], labels=[0, 1, 2], on_error="skip")
@@ -155,7 +220,7 @@ def test_batch_of_only_bad_files_yields_nothing(tmp_path, photos):
     loader = ga.DeviceLoader(DataLoader(ds, batch_size=3, collate_fn=collate), device="cpu")
     with pytest.warns(RuntimeWarning):
         assert list(loader) == []
-    assert loader.stats.skipped == len(causes) and len(loader) == 2
+    assert loader.stats.skipped == len(causes) and len(loader) == -(-len(causes) // 3)
 
 
 def test_collate_stacks_equal_sizes_and_lists_ragged(photos):

@@ -17,7 +17,9 @@ from torch.utils.data import Dataset
 
 from .decode import DecodeError, check_size, decode_rgb, is_jpeg, read_bytes
 
-IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".gif", ".avif", ".heic")
+# torchvision's ImageFolder list, so both take the same files; GIF, AVIF and others decode too when
+# named in ``extensions`` (decode.py reads every format PIL reads).
+IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 _POLICIES = ("raise", "skip")
 _DECODERS = ("cpu", "gpu")
 
@@ -108,7 +110,7 @@ class ImageFolder(ImageFiles):
     """torchvision's class-folder layout (``root/<class>/<image>``), decode-only.
 
     ``classes`` (sorted folder names) and ``class_to_idx`` are torchvision's; files are taken by
-    extension (``IMG_EXTENSIONS``), in sorted order (:func:`find_files`: a folder reached twice
+    extension (``IMG_EXTENSIONS``, torchvision's list; add ``".gif"`` and the like to take more), in sorted order (:func:`find_files`: a folder reached twice
     through symlinks is read once). Args as :class:`ImageFiles`.
     """
 

@@ -1,11 +1,17 @@
-"""Reading and decoding one image file to uint8 ``(3, H, W)``, with errors that name the file."""
+"""Reading and decoding one image file to uint8 ``(3, H, W)``, with errors that name the file.
+
+JPEG, PNG, GIF and WEBP are decoded by ``torchvision.io``; every other format PIL reads (BMP, PPM/PGM,
+TIFF, AVIF, ...: what torchvision's own PIL-based ImageFolder opens) by PIL, which ships with torchvision.
+"""
 
 from __future__ import annotations
 
+import io
 import struct
 import warnings
 from contextlib import contextmanager
 
+import numpy as np
 import torch
 from torchvision.io import ImageReadMode, decode_image, read_file
 from torchvision.transforms.v2.functional import to_dtype
@@ -41,8 +47,15 @@ def is_jpeg(data: torch.Tensor) -> bool:
     return data.numel() >= 3 and data[:3].tolist() == [0xFF, 0xD8, 0xFF]
 
 
+def decoded_by_torchvision(data: bytes) -> bool:
+    """Whether ``torchvision.io.decode_image`` reads this format (JPEG, PNG, GIF, WEBP), by its magic bytes."""
+    return (data[:3] == b"\xff\xd8\xff" or data[:8] == b"\x89PNG\r\n\x1a\n" or data[:4] == b"GIF8"
+            or (data[:4] == b"RIFF" and data[8:12] == b"WEBP"))
+
+
 def image_size(data: bytes) -> tuple[int, int] | None:
-    """``(height, width)`` read from a PNG or JPEG header without decoding; None if not found."""
+    """``(height, width)`` read from the header without decoding (PNG and JPEG parsed here, any
+    other format from PIL's lazy open, which reads only the header); None if not found."""
     if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 24:
         width, height = struct.unpack(">II", data[16:24])
         return height, width
@@ -61,7 +74,15 @@ def image_size(data: bytes) -> tuple[int, int] | None:
                 height, width = struct.unpack(">HH", data[i + 5 : i + 9])
                 return height, width
             i += 2 + length
-    return None
+        return None
+    Image = _pil()
+    try:
+        with _pil_quiet(), Image.open(io.BytesIO(data)) as im:
+            return im.height, im.width
+    except Image.DecompressionBombError:  # PIL's limit is MAX_PIXELS too
+        raise
+    except Exception:  # not an image PIL knows, or a header cut at the 64 KiB read: the decoder will say
+        return None
 
 
 def read_bytes(path: str) -> torch.Tensor:
@@ -77,23 +98,69 @@ def read_bytes(path: str) -> torch.Tensor:
 
 
 def check_size(path: str, data: torch.Tensor, max_pixels: int = MAX_PIXELS) -> None:
-    size = image_size(data[:65536].numpy().tobytes())
+    try:
+        size = image_size(data[:65536].numpy().tobytes())
+    except _pil().DecompressionBombError as e:
+        raise DecodeError(str(path), f"absurd dimensions ({e})") from None
     if size is not None and (size[0] * size[1] > max_pixels or 0 in size):
         raise DecodeError(str(path), f"absurd dimensions {size[0]}x{size[1]} (more than {max_pixels} pixels or zero)")
 
 
 def decode_rgb(path: str, data: torch.Tensor) -> torch.Tensor:
     """Decode encoded bytes to uint8 ``(3, H, W)``: grayscale, palette, RGBA and CMYK become RGB,
-    16-bit images are scaled (not truncated) to 8 bits, EXIF-rotated photos come out upright."""
+    16-bit images are scaled (not truncated) to 8 bits, EXIF-rotated photos come out upright, an
+    animated GIF gives its first frame (as PIL, and so torchvision's ImageFolder, does)."""
     check_size(path, data)
+    if not decoded_by_torchvision(data[:12].numpy().tobytes()):
+        return _decode_with_pil(path, data)
     try:
         with quiet_torchvision_io():
             img = decode_image(data, mode=ImageReadMode.RGB, apply_exif_orientation=True)
     except (RuntimeError, ValueError) as e:
         raise DecodeError(str(path), f"cannot decode ({str(e).splitlines()[0][:200]})") from None
+    if img.dim() == 4:  # an animated GIF: (frames, 3, H, W)
+        img = img[0].clone()
     if img.dtype != torch.uint8:
         img = to_dtype(img, torch.uint8, scale=True)
     return img
+
+
+def _decode_with_pil(path: str, data: torch.Tensor) -> torch.Tensor:
+    """The formats torchvision.io does not read, through PIL, to what :func:`decode_rgb` gives."""
+    Image = _pil()
+    from PIL import ImageOps
+
+    try:
+        with _pil_quiet(), Image.open(io.BytesIO(data.numpy().tobytes())) as im:
+            im = ImageOps.exif_transpose(im)
+            if im.mode.startswith("I;16"):  # 16-bit gray: scaled as torchvision's to_dtype scales it (>> 8)
+                gray = (np.asarray(im).astype(np.uint16) >> 8).astype(np.uint8)
+                rgb = np.repeat(gray[..., None], 3, axis=-1)  # a new, writable array
+            elif im.mode in ("I", "F"):  # 32-bit: no range that says what white is
+                raise DecodeError(str(path), f"cannot decode (32-bit {'float' if im.mode == 'F' else 'integer'} "
+                                             f"pixels, mode {im.mode!r}: convert it to an 8- or 16-bit image)")
+            else:
+                rgb = np.array(im.convert("RGB"))  # a copy: PIL's own buffer is read-only
+    except DecodeError:
+        raise
+    except Exception as e:  # PIL raises many kinds (OSError, SyntaxError, struct.error, ...) on bad files
+        cause = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+        raise DecodeError(str(path), f"cannot decode ({cause})") from None
+    return torch.from_numpy(rgb).permute(2, 0, 1)  # channels-last in memory, as torchvision.io decodes
+
+
+def _pil():
+    from PIL import Image
+
+    return Image
+
+
+@contextmanager
+def _pil_quiet():
+    """PIL warns of a possible decompression bomb past 89.5 Mpx; :func:`check_size` has its own limit."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", _pil().DecompressionBombWarning)
+        yield
 
 
 def load_rgb(path: str) -> torch.Tensor:
