@@ -7,6 +7,7 @@ from numbers import Integral
 
 import torch
 from torch import Tensor
+from torch._subclasses.fake_tensor import FakeTensor
 
 from .packed import PackedImages, PackedTensors
 from .transforms._base import Sizes
@@ -103,3 +104,25 @@ def check_image_tensor(x: Tensor, what: str) -> None:
                          + hint)
     if x.shape[-1] == 0 or x.shape[-2] == 0:
         raise ValueError(f"expected {what} with non-zero height and width, got shape {tuple(x.shape)}")
+
+
+# Float input is read as [0, 1]; the mistakes this catches are far outside it (0-255 floats,
+# already-normalized images, NaN), while resampled [0, 1] images may overshoot a little.
+FLOAT_RANGE = (-0.5, 1.5)
+
+
+def check_float_range(image: Tensor) -> None:
+    """A float ``(C, H, W)`` image on the CPU must hold values near [0, 1]. One image of the batch
+    is read (the mistakes are per batch, not per image); on a GPU nothing is read, as that would
+    wait for the device, nor while traced (torch.compile, fake tensors), where values are unknown."""
+    if not image.is_floating_point() or image.device.type != "cpu" or torch.compiler.is_compiling():
+        return
+    low_high = torch.aminmax(image.float())
+    if isinstance(low_high.min, FakeTensor):  # traced (fake mode): no values to check
+        return
+    low, high = float(low_high.min), float(low_high.max)
+    if not (FLOAT_RANGE[0] <= low and high <= FLOAT_RANGE[1]):
+        raise ValueError(
+            f"expected float images in [0, 1], got values in [{low:.4g}, {high:.4g}] (image 0): 0-255 floats? "
+            f"divide by 255 or pass the uint8 tensor; already normalized? pass the image before Normalize, "
+            f"the pipeline normalizes")

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from . import cpu, native
 from .device import select_device
-from .inputs import checked_dtype, checked_seed, inspect_images
+from .inputs import check_float_range, checked_dtype, checked_seed, inspect_images
 from .packed import PackedImages
 from .functional.geometry import (axis_taps, crop_boxes, crop_or_pad, resample_separable, resized_crops, tap_count,
                                  warp_affine)
@@ -184,6 +184,7 @@ class Pipeline(nn.Module):
         frame_params = [{k: v.repeat_interleave(frames, 0) for k, v in p.items()} if frames > 1 else p for p in params]
         color = [(self.ops[i], frame_params[i]) for i in self._color_at]
         first = items if isinstance(items, Tensor) else items[0]
+        check_float_range(first[0] if first.dim() == 4 else first)
         channels = first.shape[-3]
         own = cpu.own_path(self.device)
         kernels = None if own else _gpu_kernels(self.device)

@@ -269,3 +269,19 @@ def test_torchvision_keyword_arguments_with_their_supported_values():
              (ga.Resize(100, antialias=None), ga.Resize(100, antialias=False))]  # torchvision: None is False
     for ported, ours in pairs:
         assert repr(ported) == repr(ours)
+
+
+@pytest.mark.parametrize("mistake", ["0-255 floats", "normalized", "nan"])
+def test_float_images_far_outside_0_1_are_refused(photos, mistake):
+    """The usual slips with float input (no /255, normalizing before the pipeline) made silently wrong
+    images; values resampling can overshoot to stay accepted."""
+    image = to_float(photos[1])
+    bad = {"0-255 floats": image * 255, "normalized": v2.functional.normalize(image, ga.IMAGENET_MEAN, ga.IMAGENET_STD),
+           "nan": image.masked_fill(image > 0.9, float("nan"))}[mistake]
+    pipe = ga.Pipeline(ga.RandomResizedCrop(32), device="cpu", seed=0)
+    for given in (bad[None], [bad, image], bad[None, None]):  # batch, list (image 0 is read), clip
+        with pytest.raises(ValueError, match=r"expected float images in \[0, 1\]"):
+            pipe(given)
+    overshoot = v2.functional.resize(image, [150, 225], interpolation=v2.InterpolationMode.BICUBIC, antialias=True)
+    assert overshoot.max() > 1 or overshoot.min() < 0  # bicubic rings past [0, 1] at edges
+    assert pipe(overshoot[None]).shape == (1, 3, 32, 32)
