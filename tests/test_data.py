@@ -418,3 +418,21 @@ def test_dropping_a_sample_drops_its_label_in_every_form():
     fields = _select([torch.tensor([1, 2, 3]), ("x", "y", "z")], keep)  # default_collate's per-field list
     assert torch.equal(fields[0], torch.tensor([1, 3])) and fields[1] == ["x", "z"]
     assert _select({"y": [5, 6, 7]}, keep) == {"y": [5, 7]}
+
+
+def test_device_loader_reads_the_wrapped_loaders_attributes(folder):
+    """Code written for a DataLoader keeps working: ``loader.sampler.set_epoch`` (DistributedSampler),
+    ``loader.dataset``, ``loader.batch_size``; a name neither has is still an AttributeError."""
+    from torch.utils.data.distributed import DistributedSampler
+
+    ds = ImageFolder(folder)
+    sampler = DistributedSampler(ds, num_replicas=2, rank=0, shuffle=True, seed=0)
+    loader = ga.DeviceLoader(DataLoader(ds, batch_size=2, sampler=sampler, collate_fn=collate), device="cpu")
+    assert loader.dataset is ds and loader.batch_size == 2 and loader.sampler is sampler
+    firsts = []
+    for epoch in (0, 1):
+        loader.sampler.set_epoch(epoch)
+        firsts.append(list(sampler))
+    assert firsts[0] != firsts[1]  # the epoch reached the sampler
+    with pytest.raises(AttributeError, match="no attribute 'no_such_thing'"):
+        loader.no_such_thing

@@ -74,6 +74,15 @@ class DeviceLoader:
     def __len__(self) -> int:
         return len(self.loader)
 
+    def __getattr__(self, name: str):
+        """The wrapped loader's public attributes (``dataset``, ``sampler``, ``batch_size``, ...), so
+        code written for a DataLoader (``loader.sampler.set_epoch(epoch)``) runs unchanged."""
+        loader = self.__dict__.get("loader")
+        if name.startswith("_") or loader is None or not hasattr(loader, name):
+            raise AttributeError(f"{type(self).__name__} (nor the {type(loader).__name__} it wraps) has no "
+                                 f"attribute {name!r}")
+        return getattr(loader, name)
+
     def __iter__(self):
         start = time.perf_counter()
         try:
