@@ -274,7 +274,7 @@ class Pipeline(nn.Module):
             if s.uniform is None:
                 raise ValueError(
                     "images of different sizes need a pipeline with a fixed output size (add RandomResizedCrop, "
-                    f"CenterCrop or Resize((h, w)) before any RandomRotation); this one gives sizes "
+                    f"RandomCrop, CenterCrop or Resize((h, w)) before any RandomRotation); this one gives sizes "
                     f"{sorted(set(s.per_image))[:4]}...")
             aa = all(getattr(self.ops[i], "antialias", True) for i in self._resample_at)
             (h, w) = s.uniform

@@ -120,6 +120,10 @@ BAD_ARGS = [
     ("CenterCrop", ((1, 2, 3),), {}),
     ("RandomHorizontalFlip", ("0.5",), {}),
     ("Resize", (None,), {}),
+    ("RandomCrop", (32,), {"padding": (1, 2, 3)}),
+    ("RandomCrop", (32,), {"padding": 2.5}),
+    ("RandomCrop", (32,), {"padding": 4, "padding_mode": "wrap"}),
+    ("RandomCrop", ((1, 2, 3),), {}),
 ]
 
 
@@ -161,6 +165,10 @@ def test_bad_op_arguments_raise_what_torchvision_raises(name, args, kwargs):
         (lambda: ga.RandomRotation(15, center=(3, 4)), ValueError),
         (lambda: ga.Resize(256, max_size=300), ValueError),
         (lambda: ga.Resize(256, antialias="yes"), TypeError),
+        (lambda: ga.RandomCrop(32, padding=-2), ValueError),  # torchvision's negative padding crops
+        (lambda: ga.RandomCrop(32, padding=4, padding_mode="reflect"), ValueError),  # zero padding only
+        (lambda: ga.RandomCrop(32, padding=4, fill=128), ValueError),
+        (lambda: ga.Pipeline(ga.RandomRotation(10), ga.RandomCrop(32), device="cpu"), ValueError),
         # torchvision takes these, then fails when drawing (RuntimeError) or draws inf/nan factors
         (lambda: ga.RandomRotation((10, -10)), ValueError),
         (lambda: ga.RandomRotation(float("nan")), ValueError),
@@ -285,3 +293,15 @@ def test_float_images_far_outside_0_1_are_refused(photos, mistake):
     overshoot = v2.functional.resize(image, [150, 225], interpolation=v2.InterpolationMode.BICUBIC, antialias=True)
     assert overshoot.max() > 1 or overshoot.min() < 0  # bicubic rings past [0, 1] at edges
     assert pipe(overshoot[None]).shape == (1, 3, 32, 32)
+
+
+def test_random_crop_larger_than_the_image_says_so_as_torchvision():
+    """torchvision's message, at the call (it depends on the image): here for the largest image of
+    a ragged list."""
+    images = [torch.zeros(3, 40, 40, dtype=torch.uint8), torch.zeros(3, 20, 50, dtype=torch.uint8)]
+    with pytest.raises(ValueError) as theirs:
+        v2.RandomCrop(32, padding=4)(images[1])
+    with pytest.raises(ValueError) as ours:
+        ga.Pipeline(ga.RandomCrop(32, padding=4), device="cpu")(images)
+    assert str(ours.value) == str(theirs.value) == "Required crop size (32, 32) is larger than padded input image size (28, 58)."
+    assert ga.Pipeline(ga.RandomCrop(32, pad_if_needed=True), device="cpu")(images).shape == (2, 3, 32, 32)

@@ -172,6 +172,67 @@ def test_resize_then_center_crop_on_a_ragged_list(photos, kernel_path):
         assert (out[i] - ref).abs().max() < 1e-4
 
 
+def random_crop_reference(img, top, left, kwargs):
+    """torchvision's RandomCrop transform for a corner given in image coordinates: its own padding
+    rule (make_params' ``padding``, deterministic), F.pad with zeros, then F.crop."""
+    tv = v2.RandomCrop(**kwargs)
+    pad_left, pad_top, pad_right, pad_bottom = tv.make_params([img])["padding"]
+    padded = TF.pad(to_float(img), [pad_left, pad_top, pad_right, pad_bottom], fill=0)
+    (h, w), (ph, pw) = tv.size, padded.shape[-2:]
+    assert 0 <= top + pad_top <= ph - h and 0 <= left + pad_left <= pw - w, "a corner torchvision cannot draw"
+    return TF.crop(padded, top + pad_top, left + pad_left, h, w)
+
+
+RANDOM_CROPS = [dict(size=32, padding=4), dict(size=(300, 460), padding=(8, 3)), dict(size=(224, 224)),
+                dict(size=(520, 700), pad_if_needed=True), dict(size=(260, 300), padding=(1, 2, 3, 4), pad_if_needed=True)]
+
+
+@pytest.mark.parametrize("kwargs", RANDOM_CROPS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
+def test_random_crop_per_sample(photos, kernel_path, kwargs):
+    """Ragged photos, each its own corner, through every kernel path: torchvision's pad + crop."""
+    images = photos * 3
+    out, params = run([ga.RandomCrop(**kwargs), ga.RandomHorizontalFlip()], images, seed=2)
+    for i, img in enumerate(images):
+        ref = random_crop_reference(img, int(params[0]["top"][i]), int(params[0]["left"][i]), kwargs)
+        if params[1]["flip"][i]:
+            ref = TF.horizontal_flip(ref)
+        assert out[i].shape == ref.shape and (out[i] - ref).abs().max() < 1e-4, i
+
+
+def test_random_crop_after_resize_and_before_rotation(photos, kernel_path):
+    """The CIFAR-style crop composes with a resize before it and a rotation after it."""
+    out, params = run([ga.Resize((64, 80)), ga.RandomCrop(56, padding=6), ga.RandomRotation((25, 25))], photos, seed=4)
+    for i, img in enumerate(photos):
+        resized = TF.resize(img, [64, 80], antialias=True)
+        crop = random_crop_reference(resized, int(params[1]["top"][i]), int(params[1]["left"][i]),
+                                     dict(size=56, padding=6))
+        ref = TF.rotate(crop, 25.0, interpolation=InterpolationMode.BILINEAR)
+        disc = central_disc(56, 56)
+        assert (out[i] - ref)[:, disc].abs().max() < 2 / 255, i
+
+
+@pytest.mark.parametrize("kwargs,shape", [(dict(size=32, padding=4), (40, 48)),
+                                          (dict(size=(20, 30), padding=(0, 5), pad_if_needed=True), (24, 28)),
+                                          (dict(size=(20, 24), padding=(1, 2, 3, 4)), (30, 30))])
+def test_random_crop_corner_is_uniform_over_torchvisions_range(kwargs, shape):
+    """Every corner torchvision can draw, uniformly (chi-square over 6000 draws), and nothing else."""
+    from scipy.stats import chisquare
+
+    img, n = torch.zeros(3, *shape, dtype=torch.uint8), 6000
+    tv = v2.RandomCrop(**kwargs)
+    torch.manual_seed(0)
+    theirs = [tv.make_params([img]) for _ in range(400)]
+    pad_left, pad_top = theirs[0]["padding"][:2]
+    _, params = run([ga.RandomCrop(**kwargs)], img[None].expand(n, -1, -1, -1), seed=1)
+    for axis, pad, key in ((0, pad_top, "top"), (1, pad_left, "left")):
+        ours = params[0][key].long() + pad  # in torchvision's padded coordinates
+        span = {p[key] for p in theirs}
+        assert len(span) > 2, span  # a range to test
+        assert set(ours.tolist()) == set(range(min(span), max(span) + 1)) == span, key
+        counts = torch.bincount(ours - min(span)).numpy()
+        assert chisquare(counts).pvalue > 1e-3, (key, counts)
+
+
 # ---- flips and rotation ---------------------------------------------------------------------
 
 

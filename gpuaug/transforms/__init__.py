@@ -3,6 +3,7 @@
 from .color import IMAGENET_MEAN, IMAGENET_STD, ColorJitter, ColorOp, Normalize, RandomGrayscale
 from .geometry import (
     CenterCrop,
+    RandomCrop,
     GeometricOp,
     RandomHorizontalFlip,
     RandomResizedCrop,
@@ -13,7 +14,7 @@ from .geometry import (
 from ._base import Op
 
 __all__ = [
-    "Op", "GeometricOp", "ColorOp", "RandomResizedCrop", "Resize", "CenterCrop", "RandomRotation",
+    "Op", "GeometricOp", "ColorOp", "RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop", "RandomRotation",
     "RandomHorizontalFlip", "RandomVerticalFlip", "ColorJitter", "RandomGrayscale", "Normalize",
     "IMAGENET_MEAN", "IMAGENET_STD",
 ]

@@ -236,6 +236,85 @@ class CenterCrop(GeometricOp):
         axes.crop(to_device(starts, device).expand(n, 2), _pair(self.size, device))
 
 
+class RandomCrop(GeometricOp):
+    """Crop ``size`` at a random place, after optional zero padding (torchvision's RandomCrop, the
+    CIFAR recipe ``RandomCrop(32, padding=4)``).
+
+    Per sample the corner is uniform over the padded image, as torchvision draws it; the padding is
+    never materialised: the crop's part outside the image reads as 0 in the one sampling pass.
+
+    Args:
+        size: output ``(h, w)``, or an int for a square.
+        padding: added to each border before cropping: an int, ``(left/right, top/bottom)`` or
+            ``(left, top, right, bottom)``, non-negative.
+        pad_if_needed: pad an image smaller than ``size`` (torchvision's rule: the missing length
+            on both sides) instead of raising.
+        fill, padding_mode: 0 and ``"constant"`` only (zero padding).
+
+    Params: ``top``, ``left``: ``(B,)`` float32 holding integers, the crop's corner in the image
+    (negative: inside the padding).
+    """
+
+    def __init__(self, size, padding=None, pad_if_needed: bool = False, fill=0, padding_mode: str = "constant"):
+        super().__init__()
+        self.size = setup_size(size)
+        if padding_mode not in ("constant", "edge", "reflect", "symmetric"):
+            raise ValueError("Padding mode should be either constant, edge, reflect or symmetric")
+        self.padding = _parse_padding(padding) if padding else (0, 0, 0, 0)  # left, right, top, bottom
+        self.pad_if_needed = bool(pad_if_needed)
+        if any(self.padding) or self.pad_if_needed:
+            if padding_mode != "constant":
+                raise ValueError(f"RandomCrop pads with zeros only (padding_mode='constant'), got "
+                                 f"padding_mode={padding_mode!r}")
+            fills = fill if isinstance(fill, Sequence) and not isinstance(fill, str) else [fill]
+            if not all(isinstance(f, numbers.Real) and f == 0 for f in fills):
+                raise ValueError(f"RandomCrop pads with zeros only (fill=0), got fill={fill!r}")
+
+    def extra_repr(self) -> str:
+        return f"size={self.size}, padding={self.padding}, pad_if_needed={self.pad_if_needed}"
+
+    def output_sizes(self, sizes: Sizes) -> Sizes:
+        return Sizes(uniform=self.size)
+
+    def _bounds(self, hw: tuple[int, int]) -> list[int]:
+        """``[top_min, left_min, top_range, left_range]`` for an image of ``hw``: the corner is
+        ``min + randint(range + 1)``, host-side; torchvision's checks and messages."""
+        left, right, top, bottom = self.padding
+        (h, w), (ch, cw) = hw, self.size
+        ph, pw = h + top + bottom, w + left + right
+        if self.pad_if_needed:
+            dh, dw = max(ch - ph, 0), max(cw - pw, 0)
+            top, left, ph, pw = top + dh, left + dw, ph + 2 * dh, pw + 2 * dw
+        if ph < ch or pw < cw:
+            raise ValueError(f"Required crop size {(ch, cw)} is larger than {'padded ' if any(self.padding) else ''}"
+                             f"input image size {(ph, pw)}.")
+        return [-top, -left, ph - ch, pw - cw]
+
+    def make_params(self, draw: Draw) -> Params:
+        rows = [self._bounds(hw) for hw in (draw.sizes.per_image or [draw.sizes.uniform])]
+        bounds = to_device(rows, draw.device).expand(draw.n, 4)
+        first, room = bounds[:, :2], bounds[:, 2:]
+        corner = first + torch.minimum(torch.floor(draw.uniform(0, 1, 2) * (room + 1)), room)
+        return {"top": corner[:, 0], "left": corner[:, 1]}
+
+    def map_axes(self, axes: AxisMap, params: Params, sizes: Sizes) -> None:
+        axes.crop(torch.stack([params["top"], params["left"]], 1), _pair(self.size, axes.scale.device))
+
+
+def _parse_padding(padding) -> tuple[int, int, int, int]:
+    """torchvision's padding forms -> ``(left, right, top, bottom)``."""
+    values = list(padding) if isinstance(padding, (tuple, list)) else [padding]
+    if len(values) not in (1, 2, 4) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise ValueError(f"Padding must be an int or a 1, 2, or 4 element of tuple or list, got {padding}.")
+    if any(v < 0 for v in values):
+        raise ValueError(f"RandomCrop padding must be non-negative, got {padding}")
+    if len(values) == 1:
+        return (values[0],) * 4
+    if len(values) == 2:
+        return values[0], values[0], values[1], values[1]
+    return values[0], values[2], values[1], values[3]
+
+
 class _RandomFlip(GeometricOp):
     axis = ""
 
