@@ -139,6 +139,8 @@ def crop_to_taps(x: Tensor | list[Tensor], rows: tuple[Tensor, Tensor], cols: tu
     c0, c1 = ci.amin((1, 2)), ci.amax((1, 2)) + 1
     h, w = int((r1 - r0).max()), int((c1 - c0).max())
     r0, c0 = torch.minimum(r0, (heights - h).clamp(min=0)), torch.minimum(c0, (widths - w).clamp(min=0))
+    if isinstance(x, Tensor) and (h, w) == tuple(x.shape[-2:]):  # every part is the whole image: one copy
+        return x.to(dtype), (ri, rw), (ci, cw)
     out = torch.empty(len(x), x[0].shape[0], h, w, dtype=dtype)
     for b, (top, left) in enumerate(zip(r0.tolist(), c0.tolist())):
         part = x[b][:, top:top + h, left:left + w]
