@@ -43,6 +43,22 @@ def test_frame_folder_clips(frames_root):
     assert not torch.equal(clip[0], clip[-1])
 
 
+@pytest.mark.parametrize("pattern", ["{t}.jpg", "img{t}.jpeg", "frame_{t:03d}.jpg"])
+def test_frames_are_read_in_time_order_with_unpadded_numbers(tmp_path, pattern):
+    """ffmpeg's ``%d.jpg`` names (1.jpg ... 12.jpg) sorted as text put 10-12 before 2: the clip's
+    frames would be shuffled in time. Frame t is a flat gray of level 20 * t here."""
+    video = tmp_path / "class" / "video"
+    video.mkdir(parents=True)
+    for t in range(1, 13):
+        Image.fromarray(np.full((16, 16, 3), 20 * t, np.uint8)).save(video / pattern.format(t=t), quality=95)
+    ds = FrameFolder(tmp_path, frames=12)
+    clip, _ = ds[0]
+    levels = clip.float().mean((1, 2, 3)).round().tolist()
+    assert levels == [20.0 * t for t in range(1, 13)], levels
+    assert main(["pack", str(tmp_path), str(tmp_path / "packed"), "--no-progress"]) == 0
+    assert torch.equal(PackedClips(tmp_path / "packed", frames=12)[0][0], clip)
+
+
 def test_packed_clips_round_trip_equal_frame_folders(frames_root, tmp_path):
     assert main(["pack", str(frames_root), str(tmp_path / "packed"), "--no-progress"]) == 0
     folder, packed = FrameFolder(frames_root, frames=5), PackedClips(tmp_path / "packed", frames=5)

@@ -13,6 +13,7 @@ file handle, so any number of DataLoader workers can read at once (unlike one sh
 from __future__ import annotations
 
 import os
+import re
 import struct
 from pathlib import Path
 
@@ -47,6 +48,11 @@ def _videos(root: Path, is_video) -> tuple[list[str], list[tuple[str, int]]]:
     return classes, videos
 
 
+def _natural_key(name: str) -> list:
+    """Sort key: runs of digits compare as numbers, the rest as text (``img2`` < ``img10``)."""
+    return [(0, int(part), part) if part.isdigit() else (1, part, "") for part in re.split(r"(\d+)", name)]
+
+
 def _check_frames(frames) -> int:
     if not isinstance(frames, int) or frames < 1:
         raise ValueError(f"frames should be an int >= 1, got {frames!r}")
@@ -72,8 +78,11 @@ class FrameFolder(Dataset):
         return len(self.videos)
 
     def frame_paths(self, index: int) -> list[str]:
+        """The video's frames in time order: names sorted with their numbers read as numbers, so
+        ``2.jpg`` comes before ``10.jpg`` (ffmpeg's ``%d.jpg``) as ``frame_002.jpg`` before ``frame_010.jpg``."""
         video = self.videos[index][0]
-        return sorted(os.path.join(video, f) for f in os.listdir(video) if f.lower().endswith(_FRAME_EXTENSIONS))
+        names = sorted((f for f in os.listdir(video) if f.lower().endswith(_FRAME_EXTENSIONS)), key=_natural_key)
+        return [os.path.join(video, f) for f in names]
 
     def __getitem__(self, index: int):
         video, label = self.videos[index]
