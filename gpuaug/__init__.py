@@ -30,6 +30,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Pipeline", "PackedImages", "DeviceLoader", "DecodeError", "data", "select_device", "sample_images", "keep_freed_memory",
-    "RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop", "RandomRotation", "RandomHorizontalFlip", "RandomVerticalFlip",
-    "RandomGrayscale", "ColorJitter", "Normalize", "IMAGENET_MEAN", "IMAGENET_STD",
+    "RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop", "RandomRotation", "RandomHorizontalFlip",
+    "RandomVerticalFlip", "RandomGrayscale", "ColorJitter", "Normalize", "IMAGENET_MEAN", "IMAGENET_STD",
 ]

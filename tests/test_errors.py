@@ -303,5 +303,6 @@ def test_random_crop_larger_than_the_image_says_so_as_torchvision():
         v2.RandomCrop(32, padding=4)(images[1])
     with pytest.raises(ValueError) as ours:
         ga.Pipeline(ga.RandomCrop(32, padding=4), device="cpu")(images)
-    assert str(ours.value) == str(theirs.value) == "Required crop size (32, 32) is larger than padded input image size (28, 58)."
+    assert str(ours.value) == str(theirs.value) == (
+        "Required crop size (32, 32) is larger than padded input image size (28, 58).")
     assert ga.Pipeline(ga.RandomCrop(32, pad_if_needed=True), device="cpu")(images).shape == (2, 3, 32, 32)

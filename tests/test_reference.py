@@ -184,7 +184,8 @@ def random_crop_reference(img, top, left, kwargs):
 
 
 RANDOM_CROPS = [dict(size=32, padding=4), dict(size=(300, 460), padding=(8, 3)), dict(size=(224, 224)),
-                dict(size=(520, 700), pad_if_needed=True), dict(size=(260, 300), padding=(1, 2, 3, 4), pad_if_needed=True)]
+                dict(size=(520, 700), pad_if_needed=True),
+                dict(size=(260, 300), padding=(1, 2, 3, 4), pad_if_needed=True)]
 
 
 @pytest.mark.parametrize("kwargs", RANDOM_CROPS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))

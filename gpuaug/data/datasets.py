@@ -110,8 +110,9 @@ class ImageFolder(ImageFiles):
     """torchvision's class-folder layout (``root/<class>/<image>``), decode-only.
 
     ``classes`` (sorted folder names) and ``class_to_idx`` are torchvision's; files are taken by
-    extension (``IMG_EXTENSIONS``, torchvision's list; add ``".gif"`` and the like to take more), in sorted order (:func:`find_files`: a folder reached twice
-    through symlinks is read once). Args as :class:`ImageFiles`.
+    extension (``IMG_EXTENSIONS``, torchvision's list; add ``".gif"`` and the like to take more),
+    in sorted order (:func:`find_files`: a folder reached twice through symlinks is read once).
+    Args as :class:`ImageFiles`.
     """
 
     def __init__(self, root, decode: str = "cpu", on_error: str = "raise", extensions=IMG_EXTENSIONS):

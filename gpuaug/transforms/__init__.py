@@ -3,8 +3,8 @@
 from .color import IMAGENET_MEAN, IMAGENET_STD, ColorJitter, ColorOp, Normalize, RandomGrayscale
 from .geometry import (
     CenterCrop,
-    RandomCrop,
     GeometricOp,
+    RandomCrop,
     RandomHorizontalFlip,
     RandomResizedCrop,
     RandomRotation,
