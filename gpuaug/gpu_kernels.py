@@ -227,12 +227,13 @@ if triton is not None:
         Output coordinate ``o`` (``p`` for rows, ``q`` for columns) has its center at source
         ``s * (o + 0.5) + t`` and takes the triangle-filtered source (support ``max(|s|, 1)`` when
         ``ANTIALIAS``, else 1) over the ``TAPS`` pixels from ``floor(center - support)``, those
-        outside the window ``[lo, hi)`` weighing 0, normalized; outside ``[valid_lo, valid_hi)``
-        the output is 0. ``axes`` is ``(B, 2, 6)`` float32: per axis ``s, t, lo, hi, valid_lo,
-        valid_hi`` (what :func:`gpuaug.functional.geometry.axis_taps` takes). ``src`` is read
-        through its strides (any layout, uint8 or float), taps clamped to ``[0, limit)``; only
-        taps of non-zero weight are read. The row pass writes only the columns inside the
-        x-window, all the column pass reads. ``RAGGED`` (row pass only): ``src`` is a flat buffer
+        outside the window ``[lo, hi)`` weighing 0, normalized, those outside ``[content_lo,
+        content_hi)`` reading 0 (padding); outside ``[valid_lo, valid_hi)`` the output is 0.
+        ``axes`` is ``(B, 2, 8)`` float32: per axis ``s, t, lo, hi, valid_lo, valid_hi,
+        content_lo, content_hi`` (what :func:`gpuaug.functional.geometry.axis_taps` takes). ``src``
+        is read through its strides (any layout, uint8 or float), taps clamped to ``[0, limit)``;
+        only taps of non-zero weight inside the content are read. The row pass writes only the
+        columns inside the x-content, all the column pass reads. ``RAGGED`` (row pass only): ``src`` is a flat buffer
         of images of different sizes and ``table`` ``(B, 5)`` int64 gives each its offset, its
         channel, row and column strides and its height (which replaces ``limit``)."""
         tile, plane_id = tl.program_id(0), tl.program_id(1)
@@ -259,15 +260,16 @@ if triton is not None:
             o = q
             fixed = p.to(tl.int64) * sp
             step = sq
-        params = axes + n * 12 + AXIS * 6
+        params = axes + n * 16 + AXIS * 8
         s, t = tl.load(params), tl.load(params + 1)
         lo, hi = tl.load(params + 2), tl.load(params + 3)
         valid_lo, valid_hi = tl.load(params + 4), tl.load(params + 5)
+        content_lo, content_hi = tl.load(params + 6), tl.load(params + 7)
         if AXIS == 0:
-            # Only the source columns the column pass reads (its window, a crop's ~half of the
-            # row): it loads only taps of non-zero weight, all inside that window.
+            # Only the source columns the column pass reads (its content, a crop's ~half of the
+            # row): it loads only taps of non-zero weight, all inside that content.
             column = q.to(tl.float32)
-            mask = mask & (column >= tl.load(axes + n * 12 + 8)) & (column < tl.load(axes + n * 12 + 9))
+            mask = mask & (column >= tl.load(axes + n * 16 + 14)) & (column < tl.load(axes + n * 16 + 15))
         center = s * (o.to(tl.float32) + 0.5) + t
         if ANTIALIAS:
             support = tl.maximum(tl.abs(s), 1.0)
@@ -281,7 +283,8 @@ if triton is not None:
             w = tl.maximum(1.0 - tl.abs((at + 0.5 - center) / support), 0.0)
             w = tl.where((at >= lo) & (at < hi), w, 0.0)
             row = tl.minimum(tl.maximum(at, 0.0), limit_f - 1.0).to(tl.int64)
-            total += w * tl.load(plane + fixed + row * step, mask=mask & (w > 0.0), other=0).to(tl.float32)
+            read = mask & (w > 0.0) & (at >= content_lo) & (at < content_hi)  # padding reads as 0
+            total += w * tl.load(plane + fixed + row * step, mask=read, other=0).to(tl.float32)
             weights += w
         inside = (o.to(tl.float32) >= valid_lo) & (o.to(tl.float32) < valid_hi)
         value = tl.where(inside, total / tl.maximum(weights, 1e-12), 0.0) * scale
@@ -409,8 +412,8 @@ def resample_axes(x: Tensor | Packed, axes: Tensor, size: tuple[int, int], taps:
 
     Args:
         x: ``(B, C, H, W)`` images, or :func:`pack_images` of a list of ``(C, H_i, W_i)``.
-        axes: ``(B, 2, 6)`` float32: for y then x, ``scale, offset, window_lo, window_hi,
-            valid_lo, valid_hi`` as ``axis_taps`` takes them.
+        axes: ``(B, 2, 8)`` float32: for y then x, ``scale, offset, window_lo, window_hi,
+            valid_lo, valid_hi, content_lo, content_hi`` as ``axis_taps`` takes them.
         size: output ``(h, w)``; taps: taps per output pixel along y and x (``tap_count``).
         scale: a factor on the result (``1 / 255`` turns uint8 into [0, 1]).
         antialias: the filter widens with the downscale factor (torchvision's ``antialias=True``).
@@ -422,8 +425,8 @@ def resample_axes(x: Tensor | Packed, axes: Tensor, size: tuple[int, int], taps:
     if (not ragged and x.dim() != 4) or C not in (1, 3) or not (src.dtype == torch.uint8 or src.is_floating_point()):
         raise ValueError(f"expected uint8 or float images (B, C, H, W) with C in {{1, 3}}, got {src.dtype} "
                          f"{tuple(x.shape)}")
-    if axes.shape != (B, 2, 6) or axes.dtype != torch.float32:
-        raise ValueError(f"axes should be float32 of shape (B={B}, 2, 6), got {axes.dtype} {tuple(axes.shape)}")
+    if axes.shape != (B, 2, 8) or axes.dtype != torch.float32:
+        raise ValueError(f"axes should be float32 of shape (B={B}, 2, 8), got {axes.dtype} {tuple(axes.shape)}")
     (h, w), (ky, kx) = size, taps
     axes = axes.contiguous()
     tmp = torch.empty(B, C, h, W, device=src.device, dtype=dtype)

@@ -279,15 +279,16 @@ class Pipeline(nn.Module):
             aa = all(getattr(self.ops[i], "antialias", True) for i in self._resample_at)
             (h, w) = s.uniform
             plan["size"] = (h, w)
-            # Per axis (y, x): scale, offset, window lo/hi, valid lo/hi, each (n, 2).
-            maps = [t.expand(n, 2) for t in (axes.scale, axes.offset, *axes.window, *axes.valid)]
+            # Per axis (y, x): scale, offset, window lo/hi, valid lo/hi, content lo/hi, each (n, 2).
+            maps = [t.expand(n, 2) for t in (axes.scale, axes.offset, *axes.window, *axes.valid, *axes.content)]
             plan["resample"] = {"maps": maps, "taps": (tap_count(zoom_y, aa), tap_count(zoom_x, aa)),
                                 "antialias": aa, "source": sizes.max()}
             if kernels is not None:
-                plan["axes"] = torch.stack(maps, -1)  # (n, 2, 6), as gpu_kernels.resample_axes reads it
+                plan["axes"] = torch.stack(maps, -1)  # (n, 2, 8), as gpu_kernels.resample_axes reads it
             elif cpu.own_path(self.device) and aa and uint8:
-                scale, offset, lo, hi, valid_lo, valid_hi = maps
-                ys, xs = (crop_boxes(scale[:, a], offset[:, a], (lo[:, a], hi[:, a]), (valid_lo[:, a], valid_hi[:, a]), length)
+                scale, offset, lo, hi, valid_lo, valid_hi, content_lo, content_hi = maps
+                ys, xs = (crop_boxes(scale[:, a], offset[:, a], (lo[:, a], hi[:, a]), (valid_lo[:, a], valid_hi[:, a]),
+                                     length, (content_lo[:, a], content_hi[:, a]))
                           for a, length in ((0, h), (1, w)))
                 plan["boxes"] = (ys, xs) if ys is not None and xs is not None else None
             if plan["axes"] is None and plan["boxes"] is None:
@@ -438,10 +439,10 @@ def _filter_taps(resample: dict, size: tuple[int, int]) -> tuple[tuple[Tensor, T
     """The planned axis maps as filter taps (:func:`axis_taps`) -> ``rows``, ``cols``, each
     ``(index, weight)``. Both axes in one call, padded to the longer output and the larger tap
     count, then each takes its own: the taps past an axis's own count have zero weight."""
-    scale, offset, lo, hi, valid_lo, valid_hi = resample["maps"]
+    scale, offset, lo, hi, valid_lo, valid_hi, content_lo, content_hi = resample["maps"]
     (h, w), (H, W), (ky, kx) = size, resample["source"], resample["taps"]
     index, weight = axis_taps(scale, offset, (lo, hi), (valid_lo, valid_hi), max(h, w), max(H, W), max(ky, kx),
-                              resample["antialias"])
+                              resample["antialias"], (content_lo, content_hi))
     return (index[:, 0, :h, :ky], weight[:, 0, :h, :ky]), (index[:, 1, :w, :kx], weight[:, 1, :w, :kx])
 
 

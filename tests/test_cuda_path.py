@@ -74,7 +74,7 @@ class _TritonStub:
     @staticmethod
     def resample_axes(x, axes, size, taps, dtype, scale=1.0, antialias=True):
         src = x.flat if isinstance(x, gpu_kernels.Packed) else x
-        assert src.device.type == axes.device.type == "cuda" and axes.shape == (x.shape[0], 2, 6)
+        assert src.device.type == axes.device.type == "cuda" and axes.shape == (x.shape[0], 2, 8)
         assert axes.dtype == torch.float32 and all(isinstance(v, int) for v in (*size, *taps))
         if isinstance(x, gpu_kernels.Packed):
             assert x.table.device.type == "cuda" and x.table.shape == (x.shape[0], 5)

@@ -141,23 +141,27 @@ def test_a_failing_launch_warns_once_and_the_pipeline_uses_torch_kernels(kernel,
 
 
 def _axes(n: int, src: int, out: int, seed: int) -> torch.Tensor:
-    """``(n, 2, 6)`` axis maps of random crops resized from ``src`` to ``out`` pixels, some
-    mirrored, some reaching past the image (padding outside ``valid`` and zero-weight taps)."""
+    """``(n, 2, 8)`` axis maps of random crops resized from ``src`` to ``out`` pixels, some
+    mirrored, some reaching past the image: padding outside ``valid``, zero-weight taps, and
+    (every other sample) a filter window past the image, of which ``content`` holds the pixels."""
     g = torch.Generator().manual_seed(seed)
     length = torch.randint(out // 3, src + 1, (n, 2), generator=g).float()
     start = (torch.rand(n, 2, generator=g) * (src - length + 8)).floor() - 4
     scale = length / out * torch.where(torch.rand(n, 2, generator=g) < 0.3, -1.0, 1.0)
     offset = torch.where(scale < 0, start + length, start)
-    window = (start.clamp(min=0), (start + length).clamp(max=src))
+    content = (start.clamp(min=0), (start + length).clamp(max=src))
+    padded = (torch.arange(n) % 2 == 1).view(n, 1)
+    window = (torch.where(padded, start, content[0]), torch.where(padded, start + length, content[1]))
     valid = (torch.rand(n, 2, generator=g) * 3).floor(), out - (torch.rand(n, 2, generator=g) * 3).floor()
-    return torch.stack([scale, offset, *window, *valid], -1)
+    return torch.stack([scale, offset, *window, *valid, *content], -1)
 
 
 def _reference(x, axes, size, taps, antialias=True):
     """The torch path: axis_taps for each axis, then resample_separable."""
     (h, w), (H, W) = size, x.shape[-2:]
-    rows = gaG.axis_taps(*axes[:, 0, :2].unbind(1), axes[:, 0, 2:4].unbind(1), axes[:, 0, 4:].unbind(1), h, H, taps[0], antialias)
-    cols = gaG.axis_taps(*axes[:, 1, :2].unbind(1), axes[:, 1, 2:4].unbind(1), axes[:, 1, 4:].unbind(1), w, W, taps[1], antialias)
+    rows, cols = (gaG.axis_taps(*axes[:, a, :2].unbind(1), axes[:, a, 2:4].unbind(1), axes[:, a, 4:6].unbind(1),
+                                length, source, k, antialias, axes[:, a, 6:8].unbind(1))
+                  for a, length, source, k in ((0, h, H, taps[0]), (1, w, W, taps[1])))
     return gaG.resample_separable(x.float(), rows, cols).contiguous()
 
 
@@ -188,8 +192,8 @@ def test_resampling_without_antialias_any_layout_and_shapes(kernel):
     assert (kernel.resample_axes(channels_last, axes, size, taps, torch.float32, antialias=False) - ref).abs().max() < 1e-5
     padded = torch.cat([x, torch.zeros(2, 3, 40, 9)], -1)[..., :30]  # a view with a wider row stride
     assert (kernel.resample_axes(padded, axes, size, taps, torch.float32, antialias=False) - ref).abs().max() < 1e-5
-    with pytest.raises(ValueError, match=r"axes should be float32 of shape \(B=2, 2, 6\)"):
-        kernel.resample_axes(x, axes[:, :, :5], size, taps, torch.float32)
+    with pytest.raises(ValueError, match=r"axes should be float32 of shape \(B=2, 2, 8\)"):
+        kernel.resample_axes(x, axes[:, :, :6], size, taps, torch.float32)
 
 
 def test_resampling_reads_a_packed_ragged_list_as_its_padded_batch(kernel, nan_empty):
@@ -202,7 +206,7 @@ def test_resampling_reads_a_packed_ragged_list_as_its_padded_batch(kernel, nan_e
     for i, t in enumerate(images):
         padded[i, :, :t.shape[1], :t.shape[2]] = t
     crops = _axes(4, 33, 20, seed=13)  # crops inside the smallest image
-    whole = torch.tensor([[[s / 20, 0, 0, s, 0, 20] for s in t.shape[1:]] for t in images])  # to every edge
+    whole = torch.tensor([[[s / 20, 0, 0, s, 0, 20, 0, s] for s in t.shape[1:]] for t in images])  # to every edge
     for axes, taps in ((crops, (6, 6)), (whole, (8, 8))):
         expected = kernel.resample_axes(padded, axes, (20, 20), taps, torch.float32, 1 / 255)
         assert (expected - _reference(padded.float() / 255, axes, (20, 20), taps)).abs().max() < 1e-5

@@ -212,6 +212,21 @@ def test_random_crop_after_resize_and_before_rotation(photos, kernel_path):
         assert (out[i] - ref)[:, disc].abs().max() < 2 / 255, i
 
 
+@pytest.mark.parametrize("resize", [(20, 24), (150, 170)], ids=["down", "up"])
+def test_padding_then_resize_filters_the_zeros_in_as_torchvision(small_photos, kernel_path, resize):
+    """A crop that pads (RandomCrop's padding, a CenterCrop larger than the image) and then a resize:
+    torchvision's filter mixes the zero border into the pixels next to it; the output must too."""
+    images = [TF.to_dtype(TF.center_crop(p, [60, 70]), torch.uint8, scale=True) for p in small_photos]
+    out, params = run([ga.RandomCrop((72, 90), padding=(10, 8)), ga.Resize(resize)], images, seed=6)
+    centered = ga.Pipeline(ga.CenterCrop((100, 90)), ga.Resize(resize), device="cpu")(images)
+    for i, img in enumerate(images):
+        crop = random_crop_reference(img, int(params[0]["top"][i]), int(params[0]["left"][i]),
+                                     dict(size=(72, 90), padding=(10, 8)))
+        assert (out[i] - TF.resize(crop, list(resize), antialias=True)).abs().max() < 1e-4, i
+        ref = TF.resize(TF.center_crop(to_float(img), [100, 90]), list(resize), antialias=True)
+        assert (centered[i] - ref).abs().max() < 1e-4, i
+
+
 @pytest.mark.parametrize("kwargs,shape", [(dict(size=32, padding=4), (40, 48)),
                                           (dict(size=(20, 30), padding=(0, 5), pad_if_needed=True), (24, 28)),
                                           (dict(size=(20, 24), padding=(1, 2, 3, 4)), (30, 30))])

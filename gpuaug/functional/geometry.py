@@ -39,6 +39,7 @@ def axis_taps(
     src_size: int,
     taps: int,
     antialias: bool = True,
+    content: tuple[Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Source indices and weights that resample one axis, per sample.
 
@@ -46,19 +47,22 @@ def axis_taps(
     (``scale < 0`` mirrors the axis). Its value is the triangle-filtered source over the source
     pixels inside ``window``, the filter being ``1 - |d| / support`` with
     ``support = max(|scale|, 1)`` when ``antialias`` (torchvision's antialiased bilinear), else 1
-    (plain bilinear). Output pixels outside ``valid`` (padding) get zero weight.
+    (plain bilinear); the pixels of ``window`` outside ``content`` are padding and read as 0 (they
+    keep their share of the filter, as torchvision's resize of a padded crop gives them).
+    Output pixels outside ``valid`` (padding) get zero weight.
 
     Args:
         scale, offset: ``(B,)`` float, source pixels per output pixel and the shift; any leading
             shape works (``(B, 2)`` does both axes of a batch at once), the other arguments alike.
-        window: ``(lo, hi)``, each ``(B,)``, source pixel range that may be read.
+        window: ``(lo, hi)``, each ``(B,)``, source pixel range the filter covers.
+        content: ``(lo, hi)`` inside ``window``, the part holding image pixels (default: all of it).
         valid: ``(lo, hi)``, each ``(B,)``, output pixel range that holds image content.
         out_size, src_size: output length and (padded) source length, host ints.
         taps: taps per output pixel, from :func:`tap_count`.
 
     Returns:
         ``index`` int64 ``(B, out_size, taps)`` in ``[0, src_size)`` and ``weight`` float32 of the
-        same shape; the weights of an output pixel sum to 1 (0 in padding). Taps past the filter
+        same shape; the weights of an output pixel sum to 1 (less next to padding, 0 in it). Taps past the filter
         have weight 0, so ``[..., :k]`` are the taps for any ``k >= tap_count`` of that axis.
     """
     dev = scale.device
@@ -73,7 +77,11 @@ def axis_taps(
     weight = weight * ((index >= lo) & (index < hi))
     vlo, vhi = (v.float().unsqueeze(-1) for v in valid)
     inside = ((o >= vlo) & (o < vhi)).unsqueeze(-1)
-    weight = weight * (inside / weight.sum(-1, keepdim=True).clamp(min=1e-12))
+    total = weight.sum(-1, keepdim=True).clamp(min=1e-12)
+    if content is not None:
+        clo, chi = (c.float()[..., None, None] for c in content)
+        weight = weight * ((index >= clo) & (index < chi))
+    weight = weight * (inside / total)
     return index.clamp_(0, src_size - 1).long(), weight
 
 
@@ -112,6 +120,7 @@ def _gather_rows(table: Tensor, index: Tensor, weight: Tensor, B: int, C: int, n
 
 def crop_boxes(
     scale: Tensor, offset: Tensor, window: tuple[Tensor, Tensor], valid: tuple[Tensor, Tensor], out_size: int,
+    content: tuple[Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor, Tensor] | None:
     """Where an axis map (as :func:`axis_taps` takes it) is a plain crop resized to ``out_size``,
     possibly mirrored — the filter reads exactly the crop and no output is padding — the crop per
@@ -125,6 +134,8 @@ def crop_boxes(
     exact = ((start - lo).abs() < tol) & ((start + a * out_size - hi).abs() < tol)
     exact &= ((lo - lo.round()).abs() < tol) & ((hi - hi.round()).abs() < tol)
     exact &= (valid[0].double().abs() < tol) & ((valid[1].double() - out_size).abs() < tol)
+    if content is not None:  # no padding inside the window
+        exact &= ((content[0].double() - lo).abs() < tol) & ((content[1].double() - hi).abs() < tol)
     if not bool(exact.all()):
         return None
     return lo.round().long(), (hi - lo).round().long(), scale < 0

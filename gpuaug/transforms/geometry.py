@@ -24,30 +24,34 @@ class AxisMap:
     """The crop/resize/flip chain of both axes, per sample: ``source = scale * x + offset`` for a
     coordinate ``x`` of the current canvas. Every field is ``(B, 2)`` float32 (or broadcasts to
     it), column 0 for y (rows), 1 for x (columns), so one op updates both axes of every sample.
-    ``valid`` is the canvas range holding image content (outside it is padding). ``window`` is the
-    source range the resampling filter may read: the crop in force at the last resize, since
-    torchvision crops first and filters only the crop."""
+
+    As torchvision crops (and pads) first and then filters what the crop holds, the resampling
+    filter at the last resize reads ``window``, the source range of the canvas then (padding
+    included: a crop may reach past the image), of which ``content`` holds image pixels (the image
+    and every crop so far, intersected); the rest reads as 0. ``valid`` is the canvas range
+    holding image content after that resize (outside it: padding of a later crop)."""
 
     def __init__(self, size: Tensor):
         zero = torch.zeros_like(size)
         self.scale = torch.ones_like(size)
         self.offset = zero
-        self.window = self._crop = (zero, size)
+        self.window = self._canvas = self.content = self._content = (zero, size)
         self.valid = (zero, size)
 
     def crop(self, start: Tensor, length: Tensor | float) -> None:
         first = torch.addcmul(self.offset, self.scale, start)  # source coordinates of the crop's ends
         last = torch.addcmul(first, self.scale, length) if isinstance(length, Tensor) else first + self.scale * length
         lo, hi = torch.minimum(first, last), torch.maximum(first, last)
-        self._crop = (torch.maximum(self._crop[0], lo), torch.minimum(self._crop[1], hi))
+        self._canvas = (lo, hi)
+        self._content = (torch.maximum(self._content[0], lo), torch.minimum(self._content[1], hi))
         self.valid = ((self.valid[0] - start).clamp(min=0), (self.valid[1] - start).clamp(max=length))
         self.offset = first
 
     def resize(self, old: Tensor, new: Tensor | float) -> None:
-        self.window = self._crop
+        # The filter now reads the whole canvas, zeros where it is padding: in the source, not here.
+        self.window, self.content = self._canvas, self._content
         self.scale = self.scale * (old / new)
-        grow = new / old
-        self.valid = (self.valid[0] * grow, self.valid[1] * grow)
+        self.valid = (torch.zeros_like(self.scale), torch.ones_like(self.scale) * new)
 
     def flip(self, flag: Tensor, axis: int, size: Tensor) -> None:
         """Mirror axis ``axis`` (0: y, 1: x) of a canvas of ``size`` ((B, 2)) where ``flag`` ((B,) bool)."""
