@@ -1,0 +1,107 @@
+"""Random compositions of ops against torchvision's functional chain, sample by sample.
+
+Each case draws a pipeline (crops that pad, resizes, flips, a rotation with the crop after it,
+color jitter, grayscale, normalize, in any order the pipeline takes) and photos of random sizes,
+runs it, and replays each sample's drawn parameters through ``torchvision.transforms.v2.functional``.
+Float input, so the CPU's uint8 crops (rounded to integers, as torchvision's uint8 kernel rounds)
+do not enter; one resizing op per case (several are fused into one resampling, a documented
+difference); rotated outputs are compared inside the central disc (the corners' fill rule is
+tested in test_reference.py).
+"""
+
+import random
+
+import pytest
+import torch
+import torchvision.transforms.v2.functional as TF
+from torchvision.transforms import InterpolationMode, v2
+
+import gpuaug as ga
+from conftest import central_disc, to_float
+
+COLOR = ["brightness", "contrast", "saturation", "hue"]
+COLOR_KERNELS = [TF.adjust_brightness, TF.adjust_contrast, TF.adjust_saturation, TF.adjust_hue]
+
+
+def _ops(rng: random.Random) -> list:
+    ops, resized = [], False
+    for _ in range(rng.randint(0, 2)):
+        size = (rng.randint(8, 120), rng.randint(8, 120))
+        kinds = ["center", "random crop", "hflip", "vflip"] + ([] if resized else ["resized crop", "resize"])
+        kind = rng.choice(kinds)
+        resized = resized or kind in ("resized crop", "resize")
+        ops.append({
+            "resized crop": lambda: ga.RandomResizedCrop(size),
+            "resize": lambda: ga.Resize(size if rng.random() < 0.5 else size[0]),
+            "center": lambda: ga.CenterCrop(size),
+            "random crop": lambda: ga.RandomCrop(size, padding=rng.randint(0, 6), pad_if_needed=True),
+            "hflip": lambda: ga.RandomHorizontalFlip(),
+            "vflip": lambda: ga.RandomVerticalFlip(),
+        }[kind]())
+    if rng.random() < 0.4:
+        ops.append(ga.RandomRotation(rng.uniform(0, 90), fill=rng.choice([0, 0.5])))
+        if rng.random() < 0.4:
+            ops.append(ga.RandomHorizontalFlip())
+        if rng.random() < 0.4:
+            ops.append(ga.CenterCrop((rng.randint(8, 100), rng.randint(8, 100))))
+    if rng.random() < 0.5:
+        ops.append(ga.ColorJitter(0.4, 0.4, 0.4, rng.choice([0, 0.1, 0.5])))
+    if rng.random() < 0.3:
+        ops.append(ga.RandomGrayscale(0.5))
+    if rng.random() < 0.5:
+        ops.append(ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD))
+    return ops
+
+
+def _torchvision(x: torch.Tensor, ops: list, params: list, i: int) -> torch.Tensor:
+    """Sample ``i`` through torchvision's kernels with the parameters gpuaug drew for it."""
+    for op, p in zip(ops, params):
+        if isinstance(op, ga.RandomResizedCrop):
+            x = TF.resized_crop(x, *(int(p[k][i]) for k in ("top", "left", "height", "width")), list(op.size),
+                                antialias=True)
+        elif isinstance(op, ga.Resize):
+            x = TF.resize(x, [op.size] if isinstance(op.size, int) else list(op.size), antialias=True)
+        elif isinstance(op, ga.RandomCrop):
+            left, right, top, bottom = op.padding
+            tv = v2.RandomCrop(op.size, padding=[left, top, right, bottom] if any(op.padding) else None,
+                               pad_if_needed=op.pad_if_needed).make_params([x])  # its padding rule
+            pad_left, pad_top = tv["padding"][:2]
+            x = TF.crop(TF.pad(x, tv["padding"]), int(p["top"][i]) + pad_top, int(p["left"][i]) + pad_left, *op.size)
+        elif isinstance(op, ga.CenterCrop):
+            x = TF.center_crop(x, list(op.size))
+        elif isinstance(op, (ga.RandomHorizontalFlip, ga.RandomVerticalFlip)):
+            flip = TF.horizontal_flip if isinstance(op, ga.RandomHorizontalFlip) else TF.vertical_flip
+            x = flip(x) if p["flip"][i] else x
+        elif isinstance(op, ga.RandomRotation):
+            x = TF.rotate(x, float(p["angle"][i]), interpolation=InterpolationMode.BILINEAR, fill=list(op.fill) * 3)
+        elif isinstance(op, ga.ColorJitter):
+            for j in p["order"][i].tolist():
+                x = COLOR_KERNELS[j](x, float(p[COLOR[j]][i]))
+        elif isinstance(op, ga.RandomGrayscale):
+            x = TF.rgb_to_grayscale(x, 3) if p["gray"][i] else x
+        elif isinstance(op, ga.Normalize):
+            x = TF.normalize(x, list(ga.IMAGENET_MEAN), list(ga.IMAGENET_STD))
+    return x
+
+
+@pytest.mark.parametrize("case", range(120))
+def test_random_composition_equals_torchvision_per_sample(photos, case):
+    rng = random.Random(case)
+    ops = _ops(rng)
+    images = [to_float(TF.resize(p, [rng.randint(40, 160), rng.randint(40, 160)], antialias=True)) for p in photos]
+    if rng.random() < 0.5:
+        images = torch.stack([TF.resize(t, list(images[0].shape[-2:]), antialias=True) for t in images])
+    try:
+        out, params = ga.Pipeline(*ops, device="cpu", seed=case)(images, return_params=True)
+    except ValueError as e:  # only what the pipeline documents: ragged input with no fixed output size
+        assert "fixed output size" in str(e) and isinstance(images, list), (e, ops)
+        return
+    rotated = any(isinstance(op, ga.RandomRotation) for op in ops)
+    tol = 3 / 255 / (min(ga.IMAGENET_STD) if isinstance(ops[-1] if ops else None, ga.Normalize) else 1)
+    for i in range(len(images)):
+        ref = _torchvision(images[i], ops, params, i)
+        assert out[i].shape == ref.shape, (i, ops)
+        err = (out[i] - ref).abs().amax(0)
+        if rotated:
+            err = err[central_disc(*err.shape, margin=3.0)]
+        assert err.numel() == 0 or err.max() <= tol, (i, err.max().item(), ops)
