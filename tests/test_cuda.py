@@ -29,6 +29,20 @@ def test_float16_on_cuda_within_4_of_255_of_float32_on_cpu(photos, monkeypatch):
     assert (err > 4 / 255).float().mean() < 1e-4, err.max()
 
 
+@pytest.mark.parametrize("steps", [
+    lambda: [ga.RandomCrop((300, 420), padding=(12, 9), pad_if_needed=True), ga.Resize((96, 128))],
+    lambda: [ga.CenterCrop((560, 700)), ga.Resize((150, 170)), ga.RandomHorizontalFlip()],
+    lambda: [ga.Resize((64, 80)), ga.RandomCrop(56, padding=6), ga.RandomRotation(25)],
+], ids=["random crop padding, resize", "center crop padding, resize", "resize, random crop padding, rotation"])
+def test_padding_crops_on_cuda_match_the_cpu(photos, monkeypatch, steps):
+    """The compiled resampling kernel's content mask (padding read as 0, blended by a later resize)
+    against the same map on the CPU, float32 both sides."""
+    monkeypatch.setattr(ga.cpu, "OWN_PATH", False)
+    out, params = ga.Pipeline(*steps(), device="cuda", dtype=torch.float32, seed=3)(photos, return_params=True)
+    ref = ga.Pipeline(*steps(), device="cpu", seed=3)(photos, params=[{k: v.cpu() for k, v in p.items()} for p in params])
+    assert (out.cpu() - ref).abs().max() < 1e-4
+
+
 def test_no_host_sync_per_batch(photos):
     pipe = ga.Pipeline(*ops(), ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD), device="cuda", seed=0)
     batch = torch.stack([torch.nn.functional.interpolate(p[None].float(), size=(375, 500))[0] for p in photos * 8])
