@@ -62,8 +62,7 @@ def _torchvision(x: torch.Tensor, ops: list, params: list, i: int) -> torch.Tens
         elif isinstance(op, ga.Resize):
             x = TF.resize(x, [op.size] if isinstance(op.size, int) else list(op.size), antialias=True)
         elif isinstance(op, ga.RandomCrop):
-            left, right, top, bottom = op.padding
-            tv = v2.RandomCrop(op.size, padding=[left, top, right, bottom] if any(op.padding) else None,
+            tv = v2.RandomCrop(op.size, padding=list(op.padding) if any(op.padding) else None,  # the same 4-form
                                pad_if_needed=op.pad_if_needed).make_params([x])  # its padding rule
             pad_left, pad_top = tv["padding"][:2]
             x = TF.crop(TF.pad(x, tv["padding"]), int(p["top"][i]) + pad_top, int(p["left"][i]) + pad_left, *op.size)

@@ -306,3 +306,9 @@ def test_random_crop_larger_than_the_image_says_so_as_torchvision():
     assert str(ours.value) == str(theirs.value) == (
         "Required crop size (32, 32) is larger than padded input image size (28, 58).")
     assert ga.Pipeline(ga.RandomCrop(32, pad_if_needed=True), device="cpu")(images).shape == (2, 3, 32, 32)
+
+
+def test_random_crop_shows_its_padding_in_torchvisions_four_value_order():
+    assert ga.RandomCrop(10, padding=[1, 2]).padding == (1, 2, 1, 2)  # (left, top, right, bottom)
+    assert ga.RandomCrop(10, padding=(1, 2, 3, 4)).padding == (1, 2, 3, 4)
+    assert "padding=(1, 2, 3, 4)" in repr(ga.RandomCrop(10, padding=(1, 2, 3, 4)))

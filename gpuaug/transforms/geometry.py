@@ -250,7 +250,7 @@ class RandomCrop(GeometricOp):
     Args:
         size: output ``(h, w)``, or an int for a square.
         padding: added to each border before cropping: an int, ``(left/right, top/bottom)`` or
-            ``(left, top, right, bottom)``, non-negative.
+            ``(left, top, right, bottom)``, non-negative; kept (and shown) in the last form.
         pad_if_needed: pad an image smaller than ``size`` (torchvision's rule: the missing length
             on both sides) instead of raising.
         fill, padding_mode: 0 and ``"constant"`` only (zero padding).
@@ -264,7 +264,7 @@ class RandomCrop(GeometricOp):
         self.size = setup_size(size)
         if padding_mode not in ("constant", "edge", "reflect", "symmetric"):
             raise ValueError("Padding mode should be either constant, edge, reflect or symmetric")
-        self.padding = _parse_padding(padding) if padding else (0, 0, 0, 0)  # left, right, top, bottom
+        self.padding = _parse_padding(padding) if padding else (0, 0, 0, 0)  # left, top, right, bottom
         self.pad_if_needed = bool(pad_if_needed)
         if any(self.padding) or self.pad_if_needed:
             if padding_mode != "constant":
@@ -283,7 +283,7 @@ class RandomCrop(GeometricOp):
     def _bounds(self, hw: tuple[int, int]) -> list[int]:
         """``[top_min, left_min, top_range, left_range]`` for an image of ``hw``: the corner is
         ``min + randint(range + 1)``, host-side; torchvision's checks and messages."""
-        left, right, top, bottom = self.padding
+        left, top, right, bottom = self.padding
         (h, w), (ch, cw) = hw, self.size
         ph, pw = h + top + bottom, w + left + right
         if self.pad_if_needed:
@@ -306,7 +306,7 @@ class RandomCrop(GeometricOp):
 
 
 def _parse_padding(padding) -> tuple[int, int, int, int]:
-    """torchvision's padding forms -> ``(left, right, top, bottom)``."""
+    """torchvision's padding forms -> its four-value form ``(left, top, right, bottom)``."""
     values = list(padding) if isinstance(padding, (tuple, list)) else [padding]
     if len(values) not in (1, 2, 4) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
         raise ValueError(f"Padding must be an int or a 1, 2, or 4 element of tuple or list, got {padding}.")
@@ -315,8 +315,8 @@ def _parse_padding(padding) -> tuple[int, int, int, int]:
     if len(values) == 1:
         return (values[0],) * 4
     if len(values) == 2:
-        return values[0], values[0], values[1], values[1]
-    return values[0], values[2], values[1], values[3]
+        return values[0], values[1], values[0], values[1]
+    return tuple(values)
 
 
 class _RandomFlip(GeometricOp):
