@@ -39,7 +39,8 @@ def test_padding_crops_on_cuda_match_the_cpu(photos, monkeypatch, steps):
     against the same map on the CPU, float32 both sides."""
     monkeypatch.setattr(ga.cpu, "OWN_PATH", False)
     out, params = ga.Pipeline(*steps(), device="cuda", dtype=torch.float32, seed=3)(photos, return_params=True)
-    ref = ga.Pipeline(*steps(), device="cpu", seed=3)(photos, params=[{k: v.cpu() for k, v in p.items()} for p in params])
+    on_cpu = [{k: v.cpu() for k, v in p.items()} for p in params]
+    ref = ga.Pipeline(*steps(), device="cpu", seed=3)(photos, params=on_cpu)
     err = (out.cpu() - ref).abs()
     # A rotation's inside/outside test may flip on a boundary pixel between the two warps' rounding.
     assert err.max() < 0.05 and (err > 1e-3).float().mean() < 1e-4, err.max()
