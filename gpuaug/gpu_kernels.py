@@ -220,7 +220,7 @@ if triton is not None:
     @triton.jit
     def _resample_kernel(src, out, axes, table, P, Q, limit, stride_n, stride_c, stride_p, stride_q, scale,
                          CHANNELS: tl.constexpr, TAPS: tl.constexpr, AXIS: tl.constexpr, RAGGED: tl.constexpr,
-                         ANTIALIAS: tl.constexpr, BLOCK: tl.constexpr):
+                         ANTIALIAS: tl.constexpr, PAD: tl.constexpr, BLOCK: tl.constexpr):
         """Grid ``(tiles of P*Q, B*C)``: one pass of the separable resampling along ``AXIS``
         (0: rows, 1: columns) -> contiguous ``out[n, c, p, q]``, times ``scale``.
 
@@ -228,7 +228,8 @@ if triton is not None:
         ``s * (o + 0.5) + t`` and takes the triangle-filtered source (support ``max(|s|, 1)`` when
         ``ANTIALIAS``, else 1) over the ``TAPS`` pixels from ``floor(center - support)``, those
         outside the window ``[lo, hi)`` weighing 0, normalized, those outside ``[content_lo,
-        content_hi)`` reading 0 (padding); outside ``[valid_lo, valid_hi)`` the output is 0.
+        content_hi)`` reading 0 (padding; ``PAD`` 1, 2, 3: the pixel torchvision's edge, reflect,
+        symmetric padding copies there); outside ``[valid_lo, valid_hi)`` the output is 0.
         ``axes`` is ``(B, 2, 8)`` float32: per axis ``s, t, lo, hi, valid_lo, valid_hi,
         content_lo, content_hi`` (what :func:`gpuaug.functional.geometry.axis_taps` takes). ``src``
         is read through its strides (any layout, uint8 or float), taps clamped to ``[0, limit)``;
@@ -282,8 +283,19 @@ if triton is not None:
             at = first + k
             w = tl.maximum(1.0 - tl.abs((at + 0.5 - center) / support), 0.0)
             w = tl.where((at >= lo) & (at < hi), w, 0.0)
+            if PAD == 0:  # padding reads as 0
+                read = mask & (w > 0.0) & (at >= content_lo) & (at < content_hi)
+            else:  # padding copies a pixel of the content (gpuaug.functional.geometry.pad_index)
+                read = mask & (w > 0.0)
+                if PAD == 1:
+                    at = tl.minimum(tl.maximum(at, content_lo), content_hi - 1.0)
+                elif PAD == 2:
+                    at = tl.where(at < content_lo, 2.0 * content_lo - at,
+                                  tl.where(at >= content_hi, 2.0 * (content_hi - 1.0) - at, at))
+                else:
+                    at = tl.where(at < content_lo, 2.0 * content_lo - at - 1.0,
+                                  tl.where(at >= content_hi, 2.0 * content_hi - at - 1.0, at))
             row = tl.minimum(tl.maximum(at, 0.0), limit_f - 1.0).to(tl.int64)
-            read = mask & (w > 0.0) & (at >= content_lo) & (at < content_hi)  # padding reads as 0
             total += w * tl.load(plane + fixed + row * step, mask=read, other=0).to(tl.float32)
             weights += w
         inside = (o.to(tl.float32) >= valid_lo) & (o.to(tl.float32) < valid_hi)
@@ -403,7 +415,7 @@ def pack_images(images: list[Tensor] | PackedImages, device: torch.device) -> Pa
 
 
 def resample_axes(x: Tensor | Packed, axes: Tensor, size: tuple[int, int], taps: tuple[int, int],
-                  dtype: torch.dtype, scale: float = 1.0, antialias: bool = True) -> Tensor:
+                  dtype: torch.dtype, scale: float = 1.0, antialias: bool = True, pad_mode: str = "constant") -> Tensor:
     """Crop, resize and flip a batch through per-sample axis maps, in two launches (rows, then
     columns): :func:`gpuaug.functional.geometry.axis_taps` and ``resample_separable`` fused, the
     taps computed where they are used. Reads ``x`` (uint8 or float, any strides, or a ragged
@@ -417,8 +429,11 @@ def resample_axes(x: Tensor | Packed, axes: Tensor, size: tuple[int, int], taps:
         size: output ``(h, w)``; taps: taps per output pixel along y and x (``tap_count``).
         scale: a factor on the result (``1 / 255`` turns uint8 into [0, 1]).
         antialias: the filter widens with the downscale factor (torchvision's ``antialias=True``).
+        pad_mode: what the window outside the content reads: ``"constant"`` (0), ``"edge"``,
+            ``"reflect"``, ``"symmetric"`` (the pixel torchvision's padding copies there).
     """
     _require_triton()
+    pad = ("constant", "edge", "reflect", "symmetric").index(pad_mode)
     ragged = isinstance(x, Packed)
     src = x.flat if ragged else x
     B, C, H, W = x.shape if ragged else tuple(x.shape) if x.dim() == 4 else (0, 0, 0, 0)
@@ -434,10 +449,10 @@ def resample_axes(x: Tensor | Packed, axes: Tensor, size: tuple[int, int], taps:
     strides = (0, 0, 0, 0) if ragged else x.stride()
     _resample_kernel[(triton.cdiv(h * W, GEOMETRY_BLOCK), B * C)](
         src, tmp, axes, x.table if ragged else axes, h, W, H, *strides, 1.0,
-        CHANNELS=C, TAPS=ky, AXIS=0, RAGGED=ragged, ANTIALIAS=antialias, BLOCK=GEOMETRY_BLOCK)
+        CHANNELS=C, TAPS=ky, AXIS=0, RAGGED=ragged, ANTIALIAS=antialias, PAD=pad, BLOCK=GEOMETRY_BLOCK)
     _resample_kernel[(triton.cdiv(h * w, GEOMETRY_BLOCK), B * C)](
         tmp, out, axes, axes, h, w, W, *tmp.stride(), float(scale),
-        CHANNELS=C, TAPS=kx, AXIS=1, RAGGED=False, ANTIALIAS=antialias, BLOCK=GEOMETRY_BLOCK)
+        CHANNELS=C, TAPS=kx, AXIS=1, RAGGED=False, ANTIALIAS=antialias, PAD=pad, BLOCK=GEOMETRY_BLOCK)
     return out
 
 

@@ -16,7 +16,8 @@ from .functional.geometry import (axis_taps, crop_boxes, crop_or_pad, resample_s
                                  warp_affine)
 from .transforms._base import Draw, Op, Params, Sizes, to_device
 from .transforms.color import ColorOp, Normalize, color_programs
-from .transforms.geometry import AxisMap, CenterCrop, GeometricOp, RandomRotation
+from .transforms.geometry import (AxisMap, CenterCrop, GeometricOp, RandomCrop, RandomResizedCrop, RandomRotation,
+                                 Resize)
 
 
 class Pipeline(nn.Module):
@@ -90,6 +91,16 @@ class Pipeline(nn.Module):
 
     @staticmethod
     def _check_order(ops: Sequence[Op]) -> None:
+        copying = [op for op in ops if isinstance(op, RandomCrop) and op.padding_mode != "constant"]
+        if copying:  # its padding copies the canvas's pixels: the map knows one canvas, unresized
+            first = ops.index(copying[0])
+            padding = [op for op in ops
+                       if op is not copying[0] and (isinstance(op, CenterCrop) or getattr(op, "pads", False))]
+            resizes = [op for op in ops[:first] if isinstance(op, (Resize, RandomResizedCrop))]
+            if len(copying) > 1 or padding or resizes:
+                raise ValueError(
+                    f"RandomCrop(padding_mode={copying[0].padding_mode!r}) must be the pipeline's only op that pads "
+                    f"(CenterCrop may pad too) and come before any resize; got {[type(op).__name__ for op in ops]}")
         rotated = cropped = False
         for i, op in enumerate(ops):
             if isinstance(op, Normalize) and i != len(ops) - 1:
@@ -282,7 +293,7 @@ class Pipeline(nn.Module):
             # Per axis (y, x): scale, offset, window lo/hi, valid lo/hi, content lo/hi, each (n, 2).
             maps = [t.expand(n, 2) for t in (axes.scale, axes.offset, *axes.window, *axes.valid, *axes.content)]
             plan["resample"] = {"maps": maps, "taps": (tap_count(zoom_y, aa), tap_count(zoom_x, aa)),
-                                "antialias": aa, "source": sizes.max()}
+                                "antialias": aa, "source": sizes.max(), "pad_mode": axes.pad_mode}
             if kernels is not None:
                 plan["axes"] = torch.stack(maps, -1)  # (n, 2, 8), as gpu_kernels.resample_axes reads it
             elif cpu.own_path(self.device) and aa and uint8:
@@ -352,7 +363,7 @@ class Pipeline(nn.Module):
             if plan["axes"] is not None:  # CUDA: two Triton launches, uint8 read as is
                 r = plan["resample"]
                 resampled = kernels.guarded(kernels.resample_axes, x, _take(plan["axes"], part), plan["size"], r["taps"],
-                                            dt, 1 / 255 if uint8 else 1.0, r["antialias"])
+                                            dt, 1 / 255 if uint8 else 1.0, r["antialias"], r["pad_mode"])
                 if resampled is None and plan["rows"] is None:  # the kernels failed: taps for torch's
                     plan["rows"], plan["cols"] = _filter_taps(r, plan["size"])
                 if resampled is None and packed:  # and torch's kernels read a padded batch
@@ -442,7 +453,7 @@ def _filter_taps(resample: dict, size: tuple[int, int]) -> tuple[tuple[Tensor, T
     scale, offset, lo, hi, valid_lo, valid_hi, content_lo, content_hi = resample["maps"]
     (h, w), (H, W), (ky, kx) = size, resample["source"], resample["taps"]
     index, weight = axis_taps(scale, offset, (lo, hi), (valid_lo, valid_hi), max(h, w), max(H, W), max(ky, kx),
-                              resample["antialias"], (content_lo, content_hi))
+                              resample["antialias"], (content_lo, content_hi), resample["pad_mode"])
     return (index[:, 0, :h, :ky], weight[:, 0, :h, :ky]), (index[:, 1, :w, :kx], weight[:, 1, :w, :kx])
 
 

@@ -166,7 +166,12 @@ def test_bad_op_arguments_raise_what_torchvision_raises(name, args, kwargs):
         (lambda: ga.Resize(256, max_size=300), ValueError),
         (lambda: ga.Resize(256, antialias="yes"), TypeError),
         (lambda: ga.RandomCrop(32, padding=-2), ValueError),  # torchvision's negative padding crops
-        (lambda: ga.RandomCrop(32, padding=4, padding_mode="reflect"), ValueError),  # zero padding only
+        (lambda: ga.Pipeline(ga.Resize(40), ga.RandomCrop(32, padding=4, padding_mode="reflect"), device="cpu"),
+         ValueError),  # the mirror of a resized canvas: not one map
+        (lambda: ga.Pipeline(ga.RandomCrop(40, padding=4, padding_mode="edge"), ga.CenterCrop(32), device="cpu"),
+         ValueError),  # a second op that may pad
+        (lambda: ga.Pipeline(ga.RandomCrop(40, padding=4, padding_mode="edge"), ga.RandomCrop(32, padding=2),
+                             device="cpu"), ValueError),
         (lambda: ga.RandomCrop(32, padding=4, fill=128), ValueError),
         (lambda: ga.Pipeline(ga.RandomRotation(10), ga.RandomCrop(32), device="cpu"), ValueError),
         # torchvision takes these, then fails when drawing (RuntimeError) or draws inf/nan factors
@@ -312,3 +317,15 @@ def test_random_crop_shows_its_padding_in_torchvisions_four_value_order():
     assert ga.RandomCrop(10, padding=[1, 2]).padding == (1, 2, 1, 2)  # (left, top, right, bottom)
     assert ga.RandomCrop(10, padding=(1, 2, 3, 4)).padding == (1, 2, 3, 4)
     assert "padding=(1, 2, 3, 4)" in repr(ga.RandomCrop(10, padding=(1, 2, 3, 4)))
+
+
+def test_reflect_padding_longer_than_the_image_is_refused():
+    """torch's reflect pad needs pads shorter than the side (symmetric: not longer); torchvision
+    fails inside torch with a RuntimeError, here a ValueError before anything runs."""
+    x = torch.zeros(1, 3, 6, 40, dtype=torch.uint8)
+    with pytest.raises(RuntimeError):
+        v2.RandomCrop(8, padding=6, padding_mode="reflect")(x[0])
+    with pytest.raises(ValueError, match="reflect padding"):
+        ga.Pipeline(ga.RandomCrop(8, padding=6, padding_mode="reflect"), device="cpu")(x)
+    assert ga.Pipeline(ga.RandomCrop(8, padding=6, padding_mode="symmetric"), device="cpu")(x).shape == (1, 3, 8, 8)
+    assert ga.Pipeline(ga.RandomCrop(8, padding=5, padding_mode="reflect"), device="cpu")(x).shape == (1, 3, 8, 8)

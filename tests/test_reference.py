@@ -177,7 +177,8 @@ def random_crop_reference(img, top, left, kwargs):
     rule (make_params' ``padding``, deterministic), F.pad with zeros, then F.crop."""
     tv = v2.RandomCrop(**kwargs)
     pad_left, pad_top, pad_right, pad_bottom = tv.make_params([img])["padding"]
-    padded = TF.pad(to_float(img), [pad_left, pad_top, pad_right, pad_bottom], fill=0)
+    padded = TF.pad(to_float(img), [pad_left, pad_top, pad_right, pad_bottom], fill=0,
+                    padding_mode=kwargs.get("padding_mode", "constant"))
     (h, w), (ph, pw) = tv.size, padded.shape[-2:]
     assert 0 <= top + pad_top <= ph - h and 0 <= left + pad_left <= pw - w, "a corner torchvision cannot draw"
     return TF.crop(padded, top + pad_top, left + pad_left, h, w)
@@ -185,7 +186,10 @@ def random_crop_reference(img, top, left, kwargs):
 
 RANDOM_CROPS = [dict(size=32, padding=4), dict(size=(300, 460), padding=(8, 3)), dict(size=(224, 224)),
                 dict(size=(520, 700), pad_if_needed=True),
-                dict(size=(260, 300), padding=(1, 2, 3, 4), pad_if_needed=True)]
+                dict(size=(260, 300), padding=(1, 2, 3, 4), pad_if_needed=True),
+                dict(size=(300, 460), padding=(8, 3), padding_mode="reflect"),
+                dict(size=(320, 470), padding=(9, 12, 12, 30), padding_mode="symmetric"),
+                dict(size=(320, 470), padding=5, pad_if_needed=True, padding_mode="edge")]
 
 
 @pytest.mark.parametrize("kwargs", RANDOM_CROPS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
@@ -215,9 +219,12 @@ def test_random_crop_after_resize_and_before_rotation(photos, kernel_path):
 @pytest.mark.parametrize("resize", [(20, 24), (150, 170)], ids=["down", "up"])
 def test_padding_then_resize_filters_the_zeros_in_as_torchvision(small_photos, kernel_path, resize):
     """A crop that pads (RandomCrop's padding, a CenterCrop larger than the image) and then a resize:
-    torchvision's filter mixes the zero border into the pixels next to it; the output must too."""
+    torchvision's filter mixes the zero border into the pixels next to it; the output must too (and
+    the mirrored border of reflect padding)."""
     images = [TF.to_dtype(TF.center_crop(p, [60, 70]), torch.uint8, scale=True) for p in small_photos]
     out, params = run([ga.RandomCrop((72, 90), padding=(10, 8)), ga.Resize(resize)], images, seed=6)
+    reflect = ga.RandomCrop((72, 90), padding=(10, 8), padding_mode="reflect")
+    mirrored, m_params = run([reflect, ga.Resize(resize)], images, seed=6)
     centered = ga.Pipeline(ga.CenterCrop((100, 90)), ga.Resize(resize), device="cpu")(images)
     for i, img in enumerate(images):
         crop = random_crop_reference(img, int(params[0]["top"][i]), int(params[0]["left"][i]),
@@ -225,6 +232,9 @@ def test_padding_then_resize_filters_the_zeros_in_as_torchvision(small_photos, k
         assert (out[i] - TF.resize(crop, list(resize), antialias=True)).abs().max() < 1e-4, i
         ref = TF.resize(TF.center_crop(to_float(img), [100, 90]), list(resize), antialias=True)
         assert (centered[i] - ref).abs().max() < 1e-4, i
+        crop = random_crop_reference(img, int(m_params[0]["top"][i]), int(m_params[0]["left"][i]),
+                                     dict(size=(72, 90), padding=(10, 8), padding_mode="reflect"))
+        assert (mirrored[i] - TF.resize(crop, list(resize), antialias=True)).abs().max() < 1e-4, i
 
 
 @pytest.mark.parametrize("kwargs,shape", [(dict(size=32, padding=4), (40, 48)),

@@ -30,6 +30,23 @@ def tap_count(max_scale: float, antialias: bool = True) -> int:
     return int(math.floor(2 * support)) + 2
 
 
+# How the pixels of the filter window outside the content read (torchvision's padding modes).
+PAD_MODES = ("constant", "edge", "reflect", "symmetric")
+
+
+def pad_index(index: Tensor, lo: Tensor, hi: Tensor, mode: str) -> Tensor:
+    """Source pixel ``index`` (float, holding integers) outside the content ``[lo, hi)`` mapped to
+    the pixel that padding mode ``mode`` copies there (``edge``, ``reflect``, ``symmetric`` as
+    torchvision pads; one reflection, as its pads are shorter than the image)."""
+    if mode == "edge":
+        return torch.minimum(torch.maximum(index, lo), hi - 1)
+    if mode == "reflect":  # the border pixel itself is not repeated
+        before, after = 2 * lo - index, 2 * (hi - 1) - index
+    else:
+        before, after = 2 * lo - index - 1, 2 * hi - index - 1
+    return torch.where(index < lo, before, torch.where(index >= hi, after, index))
+
+
 def axis_taps(
     scale: Tensor,
     offset: Tensor,
@@ -40,6 +57,7 @@ def axis_taps(
     taps: int,
     antialias: bool = True,
     content: tuple[Tensor, Tensor] | None = None,
+    pad_mode: str = "constant",
 ) -> tuple[Tensor, Tensor]:
     """Source indices and weights that resample one axis, per sample.
 
@@ -48,7 +66,8 @@ def axis_taps(
     pixels inside ``window``, the filter being ``1 - |d| / support`` with
     ``support = max(|scale|, 1)`` when ``antialias`` (torchvision's antialiased bilinear), else 1
     (plain bilinear); the pixels of ``window`` outside ``content`` are padding and read as 0 (they
-    keep their share of the filter, as torchvision's resize of a padded crop gives them).
+    keep their share of the filter, as torchvision's resize of a padded crop gives them), or, for
+    another ``pad_mode``, as the pixel that mode copies there (:func:`pad_index`).
     Output pixels outside ``valid`` (padding) get zero weight.
 
     Args:
@@ -80,7 +99,10 @@ def axis_taps(
     total = weight.sum(-1, keepdim=True).clamp(min=1e-12)
     if content is not None:
         clo, chi = (c.float()[..., None, None] for c in content)
-        weight = weight * ((index >= clo) & (index < chi))
+        if pad_mode == "constant":
+            weight = weight * ((index >= clo) & (index < chi))
+        else:
+            index = pad_index(index, clo, chi, pad_mode)
     weight = weight * (inside / total)
     return index.clamp_(0, src_size - 1).long(), weight
 

@@ -37,8 +37,13 @@ class AxisMap:
         self.offset = zero
         self.window = self._canvas = self.content = self._content = (zero, size)
         self.valid = (zero, size)
+        self.pad_mode = "constant"
 
-    def crop(self, start: Tensor, length: Tensor | float) -> None:
+    def crop(self, start: Tensor, length: Tensor | float, pad_mode: str = "constant") -> None:
+        """Crop ``length`` from ``start`` (canvas coordinates, ``(B, 2)``); what lies past the
+        canvas is padding: zeros, or for another ``pad_mode`` (edge, reflect, symmetric) copies of
+        the canvas's pixels, which the taps read from here on (one such crop per map, with no
+        resize before it: ``Pipeline`` checks)."""
         first = torch.addcmul(self.offset, self.scale, start)  # source coordinates of the crop's ends
         last = torch.addcmul(first, self.scale, length) if isinstance(length, Tensor) else first + self.scale * length
         lo, hi = torch.minimum(first, last), torch.maximum(first, last)
@@ -46,6 +51,9 @@ class AxisMap:
         self._content = (torch.maximum(self._content[0], lo), torch.minimum(self._content[1], hi))
         self.valid = ((self.valid[0] - start).clamp(min=0), (self.valid[1] - start).clamp(max=length))
         self.offset = first
+        if pad_mode != "constant":
+            self.window, self.content, self.pad_mode = self._canvas, self._content, pad_mode
+            self.valid = (torch.zeros_like(self.scale), torch.ones_like(self.scale) * length)
 
     def resize(self, old: Tensor, new: Tensor | float) -> None:
         # The filter now reads the whole canvas, zeros where it is padding: in the source, not here.
@@ -253,7 +261,10 @@ class RandomCrop(GeometricOp):
             ``(left, top, right, bottom)``, non-negative; kept (and shown) in the last form.
         pad_if_needed: pad an image smaller than ``size`` (torchvision's rule: the missing length
             on both sides) instead of raising.
-        fill, padding_mode: 0 and ``"constant"`` only (zero padding).
+        fill: 0 only (zero padding), for ``padding_mode="constant"``.
+        padding_mode: ``"constant"``, ``"edge"``, ``"reflect"`` or ``"symmetric"``, as torchvision
+            pads. The last three copy the image's pixels into the padding; such a crop must not
+            follow a resize, nor share the pipeline with another crop that pads.
 
     Params: ``top``, ``left``: ``(B,)`` float32 holding integers, the crop's corner in the image
     (negative: inside the padding).
@@ -266,16 +277,16 @@ class RandomCrop(GeometricOp):
             raise ValueError("Padding mode should be either constant, edge, reflect or symmetric")
         self.padding = _parse_padding(padding) if padding else (0, 0, 0, 0)  # left, top, right, bottom
         self.pad_if_needed = bool(pad_if_needed)
-        if any(self.padding) or self.pad_if_needed:
-            if padding_mode != "constant":
-                raise ValueError(f"RandomCrop pads with zeros only (padding_mode='constant'), got "
-                                 f"padding_mode={padding_mode!r}")
+        self.pads = any(self.padding) or self.pad_if_needed
+        self.padding_mode = padding_mode if self.pads else "constant"
+        if self.pads and padding_mode == "constant":
             fills = fill if isinstance(fill, Sequence) and not isinstance(fill, str) else [fill]
             if not all(isinstance(f, numbers.Real) and f == 0 for f in fills):
                 raise ValueError(f"RandomCrop pads with zeros only (fill=0), got fill={fill!r}")
 
     def extra_repr(self) -> str:
-        return f"size={self.size}, padding={self.padding}, pad_if_needed={self.pad_if_needed}"
+        mode = f", padding_mode={self.padding_mode!r}" if self.padding_mode != "constant" else ""
+        return f"size={self.size}, padding={self.padding}, pad_if_needed={self.pad_if_needed}{mode}"
 
     def output_sizes(self, sizes: Sizes) -> Sizes:
         return Sizes(uniform=self.size)
@@ -292,6 +303,12 @@ class RandomCrop(GeometricOp):
         if ph < ch or pw < cw:
             raise ValueError(f"Required crop size {(ch, cw)} is larger than {'padded ' if any(self.padding) else ''}"
                              f"input image size {(ph, pw)}.")
+        # reflect copies each border pixel once less than symmetric: its pads must be shorter
+        longest = {"reflect": (h - 1, w - 1), "symmetric": (h, w)}.get(self.padding_mode)
+        if longest and (max(top, ph - h - top) > longest[0] or max(left, pw - w - left) > longest[1]):
+            raise ValueError(f"RandomCrop's {self.padding_mode} padding of {(top, ph - h - top, left, pw - w - left)} "
+                             f"(top, bottom, left, right) is longer than the image {(h, w)} allows "
+                             f"(reflect: < its side, symmetric: <= its side)")
         return [-top, -left, ph - ch, pw - cw]
 
     def make_params(self, draw: Draw) -> Params:
@@ -302,7 +319,8 @@ class RandomCrop(GeometricOp):
         return {"top": corner[:, 0], "left": corner[:, 1]}
 
     def map_axes(self, axes: AxisMap, params: Params, sizes: Sizes) -> None:
-        axes.crop(torch.stack([params["top"], params["left"]], 1), _pair(self.size, axes.scale.device))
+        axes.crop(torch.stack([params["top"], params["left"]], 1), _pair(self.size, axes.scale.device),
+                  self.padding_mode)
 
 
 def _parse_padding(padding) -> tuple[int, int, int, int]:
