@@ -249,11 +249,12 @@ class CenterCrop(GeometricOp):
 
 
 class RandomCrop(GeometricOp):
-    """Crop ``size`` at a random place, after optional zero padding (torchvision's RandomCrop, the
+    """Crop ``size`` at a random place, after optional padding (torchvision's RandomCrop, the
     CIFAR recipe ``RandomCrop(32, padding=4)``).
 
     Per sample the corner is uniform over the padded image, as torchvision draws it; the padding is
-    never materialised: the crop's part outside the image reads as 0 in the one sampling pass.
+    never materialised: the crop's part outside the image reads as 0 in the one sampling pass (or
+    as the pixel ``padding_mode`` copies there).
 
     Args:
         size: output ``(h, w)``, or an int for a square.
