@@ -237,6 +237,30 @@ def test_padding_then_resize_filters_the_zeros_in_as_torchvision(small_photos, k
         assert (mirrored[i] - TF.resize(crop, list(resize), antialias=True)).abs().max() < 1e-4, i
 
 
+@pytest.mark.parametrize("mode", ["edge", "reflect", "symmetric"])
+def test_copying_padding_read_from_the_whole_image_by_small_crops(small_photos, kernel_path, mode):
+    """Small crops of a widely padded image land partly or wholly in the padding, where the mode
+    copies pixels from anywhere in the image (not only from the crop): torchvision's pad + crop, and
+    a resized crop after it."""
+    images = [TF.to_dtype(TF.center_crop(p, [40, 50]), torch.uint8, scale=True) for p in small_photos] * 3
+    kwargs = dict(size=(9, 7), padding=(30, 25), padding_mode=mode)
+    out, params = run([ga.RandomCrop(**kwargs), ga.RandomHorizontalFlip()], images, seed=8)
+    inside = 0
+    for i, img in enumerate(images):
+        top, left = int(params[0]["top"][i]), int(params[0]["left"][i])
+        inside += top >= 0 and left >= 0 and top + 9 <= 40 and left + 7 <= 50
+        ref = random_crop_reference(img, top, left, kwargs)
+        ref = TF.horizontal_flip(ref) if params[1]["flip"][i] else ref
+        assert (out[i] - ref).abs().max() < 1e-4, (i, top, left)
+    assert inside < len(images) // 2  # most crops reach into the padding
+    kwargs = dict(size=(60, 70), padding=(20, 25), padding_mode=mode)
+    out, params = run([ga.RandomCrop(**kwargs), ga.RandomResizedCrop((16, 20), scale=(0.05, 0.3))], images, seed=9)
+    for i, img in enumerate(images):
+        crop = random_crop_reference(img, int(params[0]["top"][i]), int(params[0]["left"][i]), kwargs)
+        box = [int(params[1][k][i]) for k in ("top", "left", "height", "width")]
+        assert (out[i] - TF.resized_crop(crop, *box, [16, 20], antialias=True)).abs().max() < 1e-4, (i, box)
+
+
 @pytest.mark.parametrize("kwargs,shape", [(dict(size=32, padding=4), (40, 48)),
                                           (dict(size=(20, 30), padding=(0, 5), pad_if_needed=True), (24, 28)),
                                           (dict(size=(20, 24), padding=(1, 2, 3, 4)), (30, 30))])

@@ -28,7 +28,8 @@ class AxisMap:
     As torchvision crops (and pads) first and then filters what the crop holds, the resampling
     filter at the last resize reads ``window``, the source range of the canvas then (padding
     included: a crop may reach past the image), of which ``content`` holds image pixels (the image
-    and every crop so far, intersected); the rest reads as 0. ``valid`` is the canvas range
+    and every crop so far, intersected); the rest reads as 0, or, after a crop whose padding copies
+    pixels (``pad_mode``), as the pixel copied there, ``content`` then being the canvas it padded. ``valid`` is the canvas range
     holding image content after that resize (outside it: padding of a later crop)."""
 
     def __init__(self, size: Tensor):
@@ -48,10 +49,13 @@ class AxisMap:
         last = torch.addcmul(first, self.scale, length) if isinstance(length, Tensor) else first + self.scale * length
         lo, hi = torch.minimum(first, last), torch.maximum(first, last)
         self._canvas = (lo, hi)
-        self._content = (torch.maximum(self._content[0], lo), torch.minimum(self._content[1], hi))
+        if self.pad_mode == "constant" and pad_mode == "constant":  # zeros past the crop: it bounds the pixels
+            self._content = (torch.maximum(self._content[0], lo), torch.minimum(self._content[1], hi))
         self.valid = ((self.valid[0] - start).clamp(min=0), (self.valid[1] - start).clamp(max=length))
         self.offset = first
         if pad_mode != "constant":
+            # The padding copies pixels from anywhere in the canvas, inside this crop or not (and so
+            # do later crops of the padded canvas): the content stays the whole canvas.
             self.window, self.content, self.pad_mode = self._canvas, self._content, pad_mode
             self.valid = (torch.zeros_like(self.scale), torch.ones_like(self.scale) * length)
 
