@@ -29,8 +29,9 @@ class AxisMap:
     filter at the last resize reads ``window``, the source range of the canvas then (padding
     included: a crop may reach past the image), of which ``content`` holds image pixels (the image
     and every crop so far, intersected); the rest reads as 0, or, after a crop whose padding copies
-    pixels (``pad_mode``), as the pixel copied there, ``content`` then being the canvas it padded. ``valid`` is the canvas range
-    holding image content after that resize (outside it: padding of a later crop)."""
+    pixels (``pad_mode``), as the pixel copied there, ``content`` then being the canvas it padded.
+    ``valid`` is the canvas range holding image content after that resize (outside it: padding of
+    a later crop)."""
 
     def __init__(self, size: Tensor):
         zero = torch.zeros_like(size)
