@@ -91,16 +91,18 @@ class Pipeline(nn.Module):
 
     @staticmethod
     def _check_order(ops: Sequence[Op]) -> None:
-        copying = [op for op in ops if isinstance(op, RandomCrop) and op.padding_mode != "constant"]
+        resampled = list(ops[:next((i for i, op in enumerate(ops) if isinstance(op, RandomRotation)), len(ops))])
+        copying = [op for op in resampled if isinstance(op, RandomCrop) and op.padding_mode != "constant"]
         if copying:  # its padding copies the canvas's pixels: the map knows one canvas, unresized
-            first = ops.index(copying[0])
-            padding = [op for op in ops
+            first = resampled.index(copying[0])
+            padding = [op for op in resampled
                        if op is not copying[0] and (isinstance(op, CenterCrop) or getattr(op, "pads", False))]
-            resizes = [op for op in ops[:first] if isinstance(op, (Resize, RandomResizedCrop))]
+            resizes = [op for op in resampled[:first] if isinstance(op, (Resize, RandomResizedCrop))]
             if len(copying) > 1 or padding or resizes:
                 raise ValueError(
-                    f"RandomCrop(padding_mode={copying[0].padding_mode!r}) must be the pipeline's only op that pads "
-                    f"(CenterCrop may pad too) and come before any resize; got {[type(op).__name__ for op in ops]}")
+                    f"RandomCrop(padding_mode={copying[0].padding_mode!r}) must be the only op before RandomRotation "
+                    f"that pads (CenterCrop may pad too) and come before any resize; got "
+                    f"{[type(op).__name__ for op in ops]}")
         rotated = cropped = False
         for i, op in enumerate(ops):
             if isinstance(op, Normalize) and i != len(ops) - 1:

@@ -1,8 +1,9 @@
 """Random compositions of ops against torchvision's functional chain, sample by sample.
 
-Each case draws a pipeline (crops that pad, resizes, flips, a rotation with the crop after it,
-color jitter, grayscale, normalize, in any order the pipeline takes) and photos of random sizes,
-runs it, and replays each sample's drawn parameters through ``torchvision.transforms.v2.functional``.
+Each case draws a pipeline (crops that pad with zeros or copied pixels, resizes, flips, a rotation
+with the crop after it, color jitter, grayscale, normalize, in any order the pipeline takes) and
+photos of random sizes, runs it, and replays each sample's drawn parameters through
+``torchvision.transforms.v2.functional``.
 Float input, so the CPU's uint8 crops (rounded to integers, as torchvision's uint8 kernel rounds)
 do not enter; one resizing op per case (several are fused into one resampling, a documented
 difference); rotated outputs are compared inside the central disc (the corners' fill rule is
@@ -25,9 +26,14 @@ COLOR_KERNELS = [TF.adjust_brightness, TF.adjust_contrast, TF.adjust_saturation,
 
 def _ops(rng: random.Random) -> list:
     ops, resized = [], False
+    copying = rng.random() < 0.25  # a first crop whose padding copies pixels: the only padding op then
+    if copying:
+        mode = rng.choice(["edge", "reflect", "symmetric"])
+        ops.append(ga.RandomCrop((rng.randint(4, 40), rng.randint(4, 40)), padding=rng.randint(1, 6), padding_mode=mode))
     for _ in range(rng.randint(0, 2)):
         size = (rng.randint(8, 120), rng.randint(8, 120))
-        kinds = ["center", "random crop", "hflip", "vflip"] + ([] if resized else ["resized crop", "resize"])
+        pads = [] if copying else ["center", "random crop"]
+        kinds = pads + ["hflip", "vflip"] + ([] if resized else ["resized crop", "resize"])
         kind = rng.choice(kinds)
         resized = resized or kind in ("resized crop", "resize")
         ops.append({
@@ -65,7 +71,8 @@ def _torchvision(x: torch.Tensor, ops: list, params: list, i: int) -> torch.Tens
             tv = v2.RandomCrop(op.size, padding=list(op.padding) if any(op.padding) else None,  # the same 4-form
                                pad_if_needed=op.pad_if_needed).make_params([x])  # its padding rule
             pad_left, pad_top = tv["padding"][:2]
-            x = TF.crop(TF.pad(x, tv["padding"]), int(p["top"][i]) + pad_top, int(p["left"][i]) + pad_left, *op.size)
+            padded = TF.pad(x, tv["padding"], padding_mode=op.padding_mode)
+            x = TF.crop(padded, int(p["top"][i]) + pad_top, int(p["left"][i]) + pad_left, *op.size)
         elif isinstance(op, ga.CenterCrop):
             x = TF.center_crop(x, list(op.size))
         elif isinstance(op, (ga.RandomHorizontalFlip, ga.RandomVerticalFlip)):
