@@ -29,7 +29,8 @@ def _ops(rng: random.Random) -> list:
     copying = rng.random() < 0.25  # a first crop whose padding copies pixels: the only padding op then
     if copying:
         mode = rng.choice(["edge", "reflect", "symmetric"])
-        ops.append(ga.RandomCrop((rng.randint(4, 40), rng.randint(4, 40)), padding=rng.randint(1, 6), padding_mode=mode))
+        size = (rng.randint(4, 40), rng.randint(4, 40))
+        ops.append(ga.RandomCrop(size, padding=rng.randint(1, 6), padding_mode=mode))
     for _ in range(rng.randint(0, 2)):
         size = (rng.randint(8, 120), rng.randint(8, 120))
         pads = [] if copying else ["center", "random crop"]
