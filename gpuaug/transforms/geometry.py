@@ -270,7 +270,7 @@ class RandomCrop(GeometricOp):
         fill: 0 only (zero padding), for ``padding_mode="constant"``.
         padding_mode: ``"constant"``, ``"edge"``, ``"reflect"`` or ``"symmetric"``, as torchvision
             pads. The last three copy the image's pixels into the padding; such a crop must not
-            follow a resize, nor share the pipeline with another crop that pads.
+            follow a resize, nor share the ops before RandomRotation with another that may pad.
 
     Params: ``top``, ``left``: ``(B,)`` float32 holding integers, the crop's corner in the image
     (negative: inside the padding).
