@@ -73,3 +73,13 @@ def test_count_ops_script_counts_every_layout(capsys):
     text = capsys.readouterr().out
     for label in ("torch kernels:", "Triton kernels:", "Triton kernels, ragged list:", "Triton kernels, ragged PackedImages:"):
         assert label in text
+
+
+def test_cifar_bench_script_on_the_cpu(capsys):
+    rows = _script("cifar_bench").main(["--batch", "8", "--repeats", "3"])
+    text = capsys.readouterr().out
+    assert "cifar_bench: cpu, batch 8" in text
+    names = {(mode, name) for mode, name, _ in rows}
+    for mode in ("constant", "reflect"):
+        assert (mode, "gpuaug") in names and (mode, "torchvision v2 per sample") in names
+    assert all(rate > 0 for _, name, rate in rows if not name.startswith("kornia eager (failed"))
