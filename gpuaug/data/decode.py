@@ -13,6 +13,7 @@ from contextlib import contextmanager
 
 import numpy as np
 import torch
+from PIL import Image, ImageOps
 from torchvision.io import ImageReadMode, decode_image, read_file
 from torchvision.transforms.v2.functional import to_dtype
 
@@ -42,24 +43,28 @@ class DecodeError(ValueError):
         return type(self), (self.path, self.cause)
 
 
+_JPEG = b"\xff\xd8\xff"  # the SOI marker and the first marker's 0xFF
+_PNG = b"\x89PNG\r\n\x1a\n"
+
+
 def is_jpeg(data: torch.Tensor) -> bool:
     """Whether encoded bytes (uint8 1-D) start with the JPEG SOI marker."""
-    return data.numel() >= 3 and data[:3].tolist() == [0xFF, 0xD8, 0xFF]
+    return data[:3].numpy().tobytes() == _JPEG
 
 
 def decoded_by_torchvision(data: bytes) -> bool:
     """Whether ``torchvision.io.decode_image`` reads this format (JPEG, PNG, GIF, WEBP), by its magic bytes."""
-    return (data[:3] == b"\xff\xd8\xff" or data[:8] == b"\x89PNG\r\n\x1a\n" or data[:4] == b"GIF8"
+    return (data[:3] == _JPEG or data[:8] == _PNG or data[:4] == b"GIF8"
             or (data[:4] == b"RIFF" and data[8:12] == b"WEBP"))
 
 
 def image_size(data: bytes) -> tuple[int, int] | None:
     """``(height, width)`` read from the header without decoding (PNG and JPEG parsed here, any
     other format from PIL's lazy open, which reads only the header); None if not found."""
-    if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 24:
+    if data[:8] == _PNG and len(data) >= 24:
         width, height = struct.unpack(">II", data[16:24])
         return height, width
-    if data[:2] == b"\xff\xd8":
+    if data[:2] == _JPEG[:2]:
         i = 2
         while i + 9 < len(data):
             if data[i] != 0xFF:
@@ -75,7 +80,6 @@ def image_size(data: bytes) -> tuple[int, int] | None:
                 return height, width
             i += 2 + length
         return None
-    Image = _pil()
     try:
         with _pil_quiet(), Image.open(io.BytesIO(data)) as im:
             return im.height, im.width
@@ -100,7 +104,7 @@ def read_bytes(path: str) -> torch.Tensor:
 def check_size(path: str, data: torch.Tensor, max_pixels: int = MAX_PIXELS) -> None:
     try:
         size = image_size(data[:65536].numpy().tobytes())
-    except _pil().DecompressionBombError as e:
+    except Image.DecompressionBombError as e:
         raise DecodeError(str(path), f"absurd dimensions ({e})") from None
     if size is not None and (size[0] * size[1] > max_pixels or 0 in size):
         raise DecodeError(str(path), f"absurd dimensions {size[0]}x{size[1]} (more than {max_pixels} pixels or zero)")
@@ -127,9 +131,6 @@ def decode_rgb(path: str, data: torch.Tensor) -> torch.Tensor:
 
 def _decode_with_pil(path: str, data: torch.Tensor) -> torch.Tensor:
     """The formats torchvision.io does not read, through PIL, to what :func:`decode_rgb` gives."""
-    Image = _pil()
-    from PIL import ImageOps
-
     try:
         with _pil_quiet(), Image.open(io.BytesIO(data.numpy().tobytes())) as im:
             im = ImageOps.exif_transpose(im)
@@ -149,17 +150,11 @@ def _decode_with_pil(path: str, data: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(rgb).permute(2, 0, 1)  # channels-last in memory, as torchvision.io decodes
 
 
-def _pil():
-    from PIL import Image
-
-    return Image
-
-
 @contextmanager
 def _pil_quiet():
     """PIL warns of a possible decompression bomb past 89.5 Mpx; :func:`check_size` has its own limit."""
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", _pil().DecompressionBombWarning)
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         yield
 
 
