@@ -39,6 +39,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from .functional.geometry import PAD_MODES
 from .native import OP_BRIGHTNESS, OP_CONTRAST, OP_HUE, OP_SATURATION
 from .packed import PackedImages
 from .transforms._base import to_device
@@ -433,7 +434,7 @@ def resample_axes(x: Tensor | Packed, axes: Tensor, size: tuple[int, int], taps:
             ``"reflect"``, ``"symmetric"`` (the pixel torchvision's padding copies there).
     """
     _require_triton()
-    pad = ("constant", "edge", "reflect", "symmetric").index(pad_mode)
+    pad = PAD_MODES.index(pad_mode)
     ragged = isinstance(x, Packed)
     src = x.flat if ragged else x
     B, C, H, W = x.shape if ragged else tuple(x.shape) if x.dim() == 4 else (0, 0, 0, 0)

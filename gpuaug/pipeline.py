@@ -66,14 +66,14 @@ class Pipeline(nn.Module):
         for op in ops:
             if not isinstance(op, Op):
                 raise TypeError(f"Pipeline expects gpuaug ops, got {type(op).__name__}: {op!r}")
-        self._check_order(ops)
+        first_rotation = next((i for i, op in enumerate(ops) if isinstance(op, RandomRotation)), len(ops))
+        self._check_order(ops, first_rotation)
         self.ops = nn.ModuleList(ops)
         # The three stages, fixed at construction, as positions in ``ops`` (params go by position,
         # so an op listed twice draws twice, as in torchvision's Compose): crop/resize/flip ops
         # before any rotation are resampled together; the rotation and the flips after it are one
         # warp (CenterCrops after it cut the warped image: torchvision's idiom to hide the
         # corners); then color ops.
-        first_rotation = next((i for i, op in enumerate(ops) if isinstance(op, RandomRotation)), len(ops))
         geometric = [i for i, op in enumerate(ops) if isinstance(op, GeometricOp)]
         self._resample_at = [i for i in geometric if i < first_rotation]
         self._warp_at = [i for i in geometric if i >= first_rotation and hasattr(ops[i], "matrix")]
@@ -90,13 +90,13 @@ class Pipeline(nn.Module):
         self.ops.to(self.device)
 
     @staticmethod
-    def _check_order(ops: Sequence[Op]) -> None:
-        resampled = list(ops[:next((i for i, op in enumerate(ops) if isinstance(op, RandomRotation)), len(ops))])
+    def _check_order(ops: Sequence[Op], first_rotation: int) -> None:
+        resampled = list(ops[:first_rotation])
         copying = [op for op in resampled if isinstance(op, RandomCrop) and op.padding_mode != "constant"]
         if copying:  # its padding copies the canvas's pixels: the map knows one canvas, unresized
             first = resampled.index(copying[0])
-            padding = [op for op in resampled
-                       if op is not copying[0] and (isinstance(op, CenterCrop) or getattr(op, "pads", False))]
+            may_pad = [op for op in resampled if isinstance(op, CenterCrop) or isinstance(op, RandomCrop) and op.pads]
+            padding = [op for op in may_pad if op is not copying[0]]
             resizes = [op for op in resampled[:first] if isinstance(op, (Resize, RandomResizedCrop))]
             if len(copying) > 1 or padding or resizes:
                 raise ValueError(

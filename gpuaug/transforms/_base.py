@@ -72,6 +72,11 @@ class Draw:
         """``(n, *shape)`` float32 uniform in ``[low, high)``."""
         return torch.empty((self.n, *shape), device=self.device).uniform_(low, high, generator=self.generator)
 
+    def integers(self, high: Tensor) -> Tensor:
+        """Integers (float32) uniform in ``[0, high]``, one per element of ``high`` (``(n, k)``, holding
+        integers): a crop's place in the room it has."""
+        return torch.minimum(torch.floor(self.uniform(0, 1, *high.shape[1:]) * (high + 1)), high)
+
     def bernoulli(self, p: float) -> Tensor:
         """``(n,)`` bool, each True with probability ``p``."""
         return torch.rand(self.n, generator=self.generator, device=self.device) < p

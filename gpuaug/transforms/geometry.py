@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from ..functional.geometry import flip_matrix, rotation_matrix
+from ..functional.geometry import PAD_MODES, flip_matrix, rotation_matrix
 from ._base import (Draw, Op, Params, Sizes, check_antialias, check_bilinear, check_probability, check_range,
                     setup_size, to_device)
 
@@ -149,7 +149,7 @@ class RandomResizedCrop(GeometricOp):
         first = fits.float().argmax(1)  # the first try that fits (0 if none does)
         crop = tries.gather(1, first.view(n, 1, 1).expand(n, 1, 2)).squeeze(1)
         room = size - crop
-        start = torch.minimum(torch.floor(draw.uniform(0, 1, 2) * (room + 1)), room)
+        start = draw.integers(room)
         chosen = torch.cat([start, crop], 1)
         return dict(zip(("top", "left", "height", "width"),
                         torch.where(fits.any(1, keepdim=True), chosen, self._fallback(draw)).unbind(1)))
@@ -279,7 +279,7 @@ class RandomCrop(GeometricOp):
     def __init__(self, size, padding=None, pad_if_needed: bool = False, fill=0, padding_mode: str = "constant"):
         super().__init__()
         self.size = setup_size(size)
-        if padding_mode not in ("constant", "edge", "reflect", "symmetric"):
+        if padding_mode not in PAD_MODES:
             raise ValueError("Padding mode should be either constant, edge, reflect or symmetric")
         self.padding = _parse_padding(padding) if padding else (0, 0, 0, 0)  # left, top, right, bottom
         self.pad_if_needed = bool(pad_if_needed)
@@ -320,8 +320,7 @@ class RandomCrop(GeometricOp):
     def make_params(self, draw: Draw) -> Params:
         rows = [self._bounds(hw) for hw in (draw.sizes.per_image or [draw.sizes.uniform])]
         bounds = to_device(rows, draw.device).expand(draw.n, 4)
-        first, room = bounds[:, :2], bounds[:, 2:]
-        corner = first + torch.minimum(torch.floor(draw.uniform(0, 1, 2) * (room + 1)), room)
+        corner = bounds[:, :2] + draw.integers(bounds[:, 2:])
         return {"top": corner[:, 0], "left": corner[:, 1]}
 
     def map_axes(self, axes: AxisMap, params: Params, sizes: Sizes) -> None:
