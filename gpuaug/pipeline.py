@@ -79,6 +79,9 @@ class Pipeline(nn.Module):
         self._warp_at = [i for i in geometric if i >= first_rotation and hasattr(ops[i], "matrix")]
         self._final_crop_at = [i for i in geometric if i >= first_rotation and isinstance(ops[i], CenterCrop)]
         self._color_at = [i for i, op in enumerate(ops) if isinstance(op, ColorOp)]
+        # The value of the padding of the map (RandomCrop's fill), where it is not 0.
+        self._pad_fill = next((ops[i].fill for i in self._resample_at
+                               if isinstance(ops[i], RandomCrop) and ops[i].fills), None)
         self.dtype = checked_dtype(dtype)
         self.channels_last = bool(channels_last)
         self.seed = int(torch.randint(0, 2**62, (1,)).item()) if seed is None else checked_seed(seed)
@@ -92,17 +95,21 @@ class Pipeline(nn.Module):
     @staticmethod
     def _check_order(ops: Sequence[Op], first_rotation: int) -> None:
         resampled = list(ops[:first_rotation])
-        copying = [op for op in resampled if isinstance(op, RandomCrop) and op.padding_mode != "constant"]
-        if copying:  # its padding copies the canvas's pixels: the map knows one canvas, unresized
-            first = resampled.index(copying[0])
-            may_pad = [op for op in resampled if isinstance(op, CenterCrop) or isinstance(op, RandomCrop) and op.pads]
-            padding = [op for op in may_pad if op is not copying[0]]
-            resizes = [op for op in resampled[:first] if isinstance(op, (Resize, RandomResizedCrop))]
-            if len(copying) > 1 or padding or resizes:
+        # A crop whose padding is not zeros (it copies the canvas's pixels, or holds a fill) must
+        # be the only op of the map that pads: the map knows one padding. Copies are of one
+        # canvas, unresized: such a crop comes before any resize.
+        special = [op for op in resampled if isinstance(op, RandomCrop) and (op.padding_mode != "constant" or op.fills)]
+        if special:
+            op = special[0]
+            may_pad = [o for o in resampled if isinstance(o, CenterCrop) or isinstance(o, RandomCrop) and o.pads]
+            resizes = [o for o in resampled[:resampled.index(op)] if isinstance(o, (Resize, RandomResizedCrop))]
+            copies = op.padding_mode != "constant"
+            if len(may_pad) > 1 or (copies and resizes):
+                what = f"padding_mode={op.padding_mode!r}" if copies else f"fill={op.fill}"
                 raise ValueError(
-                    f"RandomCrop(padding_mode={copying[0].padding_mode!r}) must be the only op before RandomRotation "
-                    f"that pads (CenterCrop may pad too) and come before any resize; got "
-                    f"{[type(op).__name__ for op in ops]}")
+                    f"RandomCrop({what}) must be the only op before RandomRotation that pads (CenterCrop may pad "
+                    f"too, with zeros){' and come before any resize' if copies else ''}; got "
+                    f"{[type(o).__name__ for o in ops]}")
         rotated = cropped = False
         for i, op in enumerate(ops):
             if isinstance(op, Normalize) and i != len(ops) - 1:
@@ -273,7 +280,7 @@ class Pipeline(nn.Module):
         whose maps are all plain crops (+ flips) (torchvision's uint8 kernel, see ``_geometry``),
         else as filter taps (:func:`_filter_taps`)."""
         plan = {"resample": None, "axes": None, "rows": None, "cols": None, "boxes": None, "size": None,
-                "warp": None, "fill": None, "final_crop": None, "kernels": kernels}
+                "warp": None, "fill": None, "pad_fill": None, "final_crop": None, "kernels": kernels}
         s = sizes
         if self._resample_at or sizes.uniform is None:
             axes = AxisMap(sizes.pairs(n, self.device))
@@ -306,7 +313,20 @@ class Pipeline(nn.Module):
                 plan["boxes"] = (ys, xs) if ys is not None and xs is not None else None
             if plan["axes"] is None and plan["boxes"] is None:
                 plan["rows"], plan["cols"] = _filter_taps(plan["resample"], plan["size"])
+            if self._pad_fill is not None:
+                plan["pad_fill"] = self._padding_share(plan, channels)
         return self._plan_warp(plan, s, params, channels)
+
+    def _padding_share(self, plan: dict, channels: int) -> tuple[Tensor, Tensor, Tensor]:
+        """RandomCrop's fill, ``(C,)``, and the share of each output pixel's filter that read
+        image pixels, per axis: ``(n, h)`` and ``(n, w)``; the rest of the filter read padding,
+        which holds the fill (the resampling read it as 0)."""
+        fill = self._pad_fill
+        if len(fill) not in (1, channels):
+            raise ValueError(f"RandomCrop fill has {len(fill)} values, images have {channels} channels")
+        rows, cols = (plan["rows"], plan["cols"]) if plan["rows"] is not None else \
+            _filter_taps(plan["resample"], plan["size"])
+        return to_device(fill * channels if len(fill) == 1 else fill, self.device), rows[1].sum(-1), cols[1].sum(-1)
 
     def _plan_warp(self, plan: dict, s: Sizes, params: list[Params], channels: int) -> dict:
         """The warp stage of :meth:`_plan`: ``s`` are the sizes it sees."""
@@ -381,6 +401,10 @@ class Pipeline(nn.Module):
                     x, rows, cols = cpu.crop_to_taps(x, rows, cols, dt)
                 resampled = resample_separable(x, rows, cols, dt)
             x = resampled
+        if plan["pad_fill"] is not None:  # out += fill * (share of the filter that read padding)
+            fill, rows, cols = plan["pad_fill"]
+            read = _take(rows, part)[:, None, :, None] * _take(cols, part)[:, None, None, :]
+            x = x.add_((1 - read).to(x.dtype) * fill.to(x.dtype).view(1, -1, 1, 1))
         if warp is not None:
             kernels = plan["kernels"]
             warped = kernels.guarded(kernels.warp_affine, x, warp, plan["fill"]) if kernels is not None else None

@@ -35,8 +35,9 @@ def test_float16_on_cuda_within_4_of_255_of_float32_on_cpu(photos, monkeypatch):
     lambda: [ga.Resize((64, 80)), ga.RandomCrop(56, padding=6), ga.RandomRotation(25)],
     lambda: [ga.RandomCrop((300, 420), padding=(12, 9), padding_mode="reflect"), ga.Resize((96, 128))],
     lambda: [ga.RandomCrop((300, 420), padding=(2, 5, 9, 1), pad_if_needed=True, padding_mode="edge")],
+    lambda: [ga.RandomCrop((300, 420), padding=(12, 9), fill=(0.2, 0.5, 0.9)), ga.Resize((96, 128)), ga.RandomRotation(20)],
 ], ids=["random crop padding, resize", "center crop padding, resize", "resize, random crop padding, rotation",
-        "reflect padding, resize", "edge padding"])
+        "reflect padding, resize", "edge padding", "fill padding, resize, rotation"])
 def test_padding_crops_on_cuda_match_the_cpu(photos, monkeypatch, steps):
     """The compiled resampling kernel's content mask (padding read as 0, blended by a later resize)
     against the same map on the CPU, float32 both sides."""

@@ -144,8 +144,11 @@ def test_cuda_path_has_no_host_sync(photos, fake_cuda, layout):
                                    lambda: [ga.Resize((60, 70)), ga.RandomRotation(20), ga.CenterCrop((64, 72)),
                                             ga.ColorJitter(hue=0.2)],
                                    lambda: [ga.Resize((60, 70)), ga.RandomCrop((64, 72), padding=4, pad_if_needed=True),
+                                            ga.RandomHorizontalFlip(), ga.ColorJitter(hue=0.2)],
+                                   lambda: [ga.RandomCrop((64, 72), padding=4, pad_if_needed=True, fill=0.5),
                                             ga.RandomHorizontalFlip(), ga.ColorJitter(hue=0.2)]],
-                         ids=["resize, crop", "rotation, crop", "rotation, padding crop", "random padded crop"])
+                         ids=["resize, crop", "rotation, crop", "rotation, padding crop", "random padded crop",
+                              "filled padding crop"])
 def test_cuda_path_resize_and_center_crop_have_no_host_sync(photos, fake_cuda, steps):
     steps = steps()
     with fake_cuda():

@@ -172,7 +172,13 @@ def test_bad_op_arguments_raise_what_torchvision_raises(name, args, kwargs):
          ValueError),  # a second op that may pad
         (lambda: ga.Pipeline(ga.RandomCrop(40, padding=4, padding_mode="edge"), ga.RandomCrop(32, padding=2),
                              device="cpu"), ValueError),
-        (lambda: ga.RandomCrop(32, padding=4, fill=128), ValueError),
+        (lambda: ga.RandomCrop(32, padding=4, fill=128), ValueError),  # torchvision's 0-255 for uint8: 128 / 255
+        (lambda: ga.RandomCrop(32, padding=4, fill="gray"), TypeError),
+        (lambda: ga.RandomCrop(32, padding=4, fill=(0.5, 1.5, 0.5)), ValueError),
+        (lambda: ga.Pipeline(ga.RandomCrop(40, padding=4, fill=0.5), ga.CenterCrop(48), device="cpu"),
+         ValueError),  # CenterCrop pads with zeros: two padding values in one map
+        (lambda: ga.Pipeline(ga.RandomCrop(40, padding=4), ga.RandomCrop(32, padding=2, fill=0.5), device="cpu"),
+         ValueError),
         (lambda: ga.Pipeline(ga.RandomRotation(10), ga.RandomCrop(32), device="cpu"), ValueError),
         # torchvision takes these, then fails when drawing (RuntimeError) or draws inf/nan factors
         (lambda: ga.RandomRotation((10, -10)), ValueError),
@@ -199,6 +205,17 @@ def test_rotation_fill_channel_mismatch():
     p = pipe(ga.RandomRotation(10, fill=(0.1, 0.2)))
     with pytest.raises(ValueError, match="fill has 2 values, images have 3"):
         p(torch.zeros(1, 3, 8, 8, dtype=torch.uint8))
+
+
+def test_random_crop_fill_channel_mismatch_and_what_is_allowed():
+    p = pipe(ga.RandomCrop(8, padding=2, fill=(0.1, 0.2)))
+    with pytest.raises(ValueError, match="RandomCrop fill has 2 values, images have 3"):
+        p(torch.zeros(1, 3, 8, 8, dtype=torch.uint8))
+    # Allowed: a fill crop after a resize (unlike a copying one), fill in a mode that ignores it
+    # (as torchvision's does), and fill on a crop that never pads.
+    pipe(ga.Resize(40), ga.RandomCrop(32, padding=4, fill=0.5), ga.RandomRotation(10), ga.CenterCrop(40))
+    assert "fill" not in repr(pipe(ga.RandomCrop(32, padding=4, fill=0.5, padding_mode="edge")))
+    pipe(ga.RandomCrop(32, fill=0.5), ga.CenterCrop(30))
 
 
 def test_select_device(monkeypatch):

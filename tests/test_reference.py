@@ -237,6 +237,36 @@ def test_padding_then_resize_filters_the_zeros_in_as_torchvision(small_photos, k
         assert (mirrored[i] - TF.resize(crop, list(resize), antialias=True)).abs().max() < 1e-4, i
 
 
+@pytest.mark.parametrize("fill", [0.2, (51 / 255, 128 / 255, 230 / 255)], ids=["one value", "per channel"])
+def test_random_crop_fill_per_sample(small_photos, kernel_path, fill):
+    """RandomCrop's fill: torchvision pads the uint8 image with it (in 0-255 there, in [0, 1] here),
+    crops, and any resize after filters the fill into the border; a rotation after it has its own."""
+    images = [TF.to_dtype(TF.center_crop(p, [60, 70]), torch.uint8, scale=True) for p in small_photos] * 2
+    tv_fill = [round(f * 255) for f in ((fill,) if isinstance(fill, float) else fill)]
+    kwargs = dict(size=(64, 80), padding=(10, 8), pad_if_needed=True)
+
+    def reference(img, top, left):
+        tv = v2.RandomCrop(**kwargs, fill=tv_fill)
+        pad_left, pad_top, pad_right, pad_bottom = tv.make_params([img])["padding"]
+        padded = TF.pad(img, [pad_left, pad_top, pad_right, pad_bottom], fill=tv_fill)
+        return to_float(TF.crop(padded, top + pad_top, left + pad_left, 64, 80))
+
+    crop = ga.RandomCrop(**kwargs, fill=fill)
+    out, params = run([crop, ga.RandomHorizontalFlip()], images, seed=10)
+    resized, r_params = run([crop, ga.Resize((20, 24))], images, seed=11)
+    rotated, o_params = run([crop, ga.RandomRotation((30, 30), fill=0.7)], images, seed=12)
+    for i, img in enumerate(images):
+        ref = reference(img, int(params[0]["top"][i]), int(params[0]["left"][i]))
+        ref = TF.horizontal_flip(ref) if params[1]["flip"][i] else ref
+        assert (out[i] - ref).abs().max() < 1e-4, i
+        ref = TF.resize(reference(img, int(r_params[0]["top"][i]), int(r_params[0]["left"][i])), [20, 24], antialias=True)
+        assert (resized[i] - ref).abs().max() < 1e-4, i
+        ref = TF.rotate(reference(img, int(o_params[0]["top"][i]), int(o_params[0]["left"][i])), 30.0,
+                        interpolation=InterpolationMode.BILINEAR, fill=[0.7])
+        assert (rotated[i] - ref).abs().max() < 1e-4, i  # the whole image: both fills
+    assert (out == torch.tensor(fill).view(-1, 1, 1)).all(1).float().mean() > 0.05  # the fill is there
+
+
 @pytest.mark.parametrize("mode", ["edge", "reflect", "symmetric"])
 def test_copying_padding_read_from_the_whole_image_by_small_crops(small_photos, kernel_path, mode):
     """Small crops of a widely padded image land partly or wholly in the padding, where the mode

@@ -259,7 +259,8 @@ class RandomCrop(GeometricOp):
 
     Per sample the corner is uniform over the padded image, as torchvision draws it; the padding is
     never materialised: the crop's part outside the image reads as 0 in the one sampling pass (or
-    as the pixel ``padding_mode`` copies there).
+    as the pixel ``padding_mode`` copies there), and a nonzero ``fill`` is added after it where the
+    filter read padding.
 
     Args:
         size: output ``(h, w)``, or an int for a square.
@@ -267,7 +268,10 @@ class RandomCrop(GeometricOp):
             ``(left, top, right, bottom)``, non-negative; kept (and shown) in the last form.
         pad_if_needed: pad an image smaller than ``size`` (torchvision's rule: the missing length
             on both sides) instead of raising.
-        fill: 0 only (zero padding), for ``padding_mode="constant"``.
+        fill: the value of ``padding_mode="constant"``'s padding: a number, or one number per
+            channel, in the [0, 1] range of gpuaug's float images (torchvision's fill for uint8
+            images is in 0-255: divide it by 255). A crop with ``fill != 0`` must be the only op
+            before RandomRotation that may pad (a CenterCrop larger than the image pads with 0).
         padding_mode: ``"constant"``, ``"edge"``, ``"reflect"`` or ``"symmetric"``, as torchvision
             pads. The last three copy the image's pixels into the padding; such a crop must not
             follow a resize, nor share the ops before RandomRotation with another that may pad.
@@ -285,14 +289,18 @@ class RandomCrop(GeometricOp):
         self.pad_if_needed = bool(pad_if_needed)
         self.pads = any(self.padding) or self.pad_if_needed
         self.padding_mode = padding_mode if self.pads else "constant"
-        if self.pads and padding_mode == "constant":
-            fills = fill if isinstance(fill, Sequence) and not isinstance(fill, str) else [fill]
-            if not all(isinstance(f, numbers.Real) and f == 0 for f in fills):
-                raise ValueError(f"RandomCrop pads with zeros only (fill=0), got fill={fill!r}")
+        # torchvision pads with zeros for fill=None; its other modes ignore fill.
+        self.fill = parse_fill(0 if fill is None else fill)
 
     def extra_repr(self) -> str:
         mode = f", padding_mode={self.padding_mode!r}" if self.padding_mode != "constant" else ""
-        return f"size={self.size}, padding={self.padding}, pad_if_needed={self.pad_if_needed}{mode}"
+        fill = f", fill={self.fill}" if self.fills else ""
+        return f"size={self.size}, padding={self.padding}, pad_if_needed={self.pad_if_needed}{fill}{mode}"
+
+    @property
+    def fills(self) -> bool:
+        """Whether this crop's padding holds a value other than 0 (``fill``, constant mode)."""
+        return self.pads and self.padding_mode == "constant" and any(self.fill)
 
     def output_sizes(self, sizes: Sizes) -> Sizes:
         return Sizes(uniform=self.size)
@@ -326,6 +334,21 @@ class RandomCrop(GeometricOp):
     def map_axes(self, axes: AxisMap, params: Params, sizes: Sizes) -> None:
         axes.crop(torch.stack([params["top"], params["left"]], 1), _pair(self.size, axes.scale.device),
                   self.padding_mode)
+
+
+def parse_fill(fill) -> tuple[float, ...]:
+    """A fill value, a number or one number per channel in the [0, 1] range of gpuaug's float
+    images -> a tuple of floats; TypeError/ValueError for anything else (255, torchvision's white
+    for uint8 images, included)."""
+    values = [fill] if isinstance(fill, numbers.Number) else fill
+    if not isinstance(values, Sequence) or isinstance(values, str) or not values or \
+            not all(isinstance(f, numbers.Number) for f in values):
+        raise TypeError(f"fill should be a number or a sequence of numbers, got {fill!r}")
+    values = tuple(float(f) for f in values)
+    if not all(0.0 <= f <= 1.0 for f in values):
+        raise ValueError(f"fill is in the [0, 1] range of gpuaug's float images, got {fill!r} (torchvision's fill "
+                         f"for a uint8 image is in 0-255: divide it by 255)")
+    return values
 
 
 def _parse_padding(padding) -> tuple[int, int, int, int]:
@@ -410,14 +433,7 @@ class RandomRotation(GeometricOp):
         if fill is None:  # torchvision: zero padding without its fill blend, unlike its fill=0 at the edges
             raise TypeError("fill=None (torchvision's zero padding without its fill blend) is not supported; "
                             "fill=0, the default, is torchvision's default")
-        if isinstance(fill, numbers.Number):
-            fill = [float(fill)]
-        elif not isinstance(fill, Sequence) or not all(isinstance(f, numbers.Number) for f in fill):
-            raise TypeError(f"fill should be a number or a sequence of numbers, got {fill!r}")
-        self.fill = tuple(float(f) for f in fill)
-        if not all(0.0 <= f <= 1.0 for f in self.fill):  # e.g. 255, torchvision's white for uint8 images
-            raise ValueError(f"fill is in the [0, 1] range of gpuaug's float images, got {fill!r} (torchvision's fill "
-                             f"for a uint8 image is in 0-255: divide it by 255)")
+        self.fill = parse_fill(fill)
 
     def extra_repr(self) -> str:
         return f"degrees={self.degrees}, fill={self.fill}"
