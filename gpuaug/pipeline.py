@@ -317,13 +317,15 @@ class Pipeline(nn.Module):
                 plan["pad_fill"] = self._padding_share(plan, channels)
         return self._plan_warp(plan, s, params, channels)
 
-    def _padding_share(self, plan: dict, channels: int) -> tuple[Tensor, Tensor, Tensor]:
+    def _padding_share(self, plan: dict, channels: int) -> tuple[Tensor, Tensor, Tensor] | None:
         """RandomCrop's fill, ``(C,)``, and the share of each output pixel's filter that read
         image pixels, per axis: ``(n, h)`` and ``(n, w)``; the rest of the filter read padding,
-        which holds the fill (the resampling read it as 0)."""
+        which holds the fill (the resampling read it as 0). None for crop boxes: no padding."""
         fill = self._pad_fill
         if len(fill) not in (1, channels):
             raise ValueError(f"RandomCrop fill has {len(fill)} values, images have {channels} channels")
+        if plan["boxes"] is not None:
+            return None
         rows, cols = (plan["rows"], plan["cols"]) if plan["rows"] is not None else \
             _filter_taps(plan["resample"], plan["size"])
         return to_device(fill * channels if len(fill) == 1 else fill, self.device), rows[1].sum(-1), cols[1].sum(-1)
