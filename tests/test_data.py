@@ -140,6 +140,34 @@ def test_formats_torchvision_io_does_not_read_give_their_exact_pixels(folder, ph
     assert torch.equal(img, expected)
 
 
+def _tiff_rgb16(pixels: np.ndarray, big_endian: bool) -> bytes:
+    """An uncompressed one-strip RGB TIFF of ``(H, W, 3)`` uint16 ``pixels``, written by hand (PIL
+    writes no 16-bit RGB TIFF)."""
+    h, w, _ = pixels.shape
+    e = ">" if big_endian else "<"
+    data = pixels.astype(e + "u2").tobytes()
+    # tag, type (3 short, 4 long), count, value; BitsPerSample (258) and StripOffsets (273) point past the IFD
+    entries = [(256, 3, 1, w), (257, 3, 1, h), (258, 3, 3, 8 + 2 + 9 * 12 + 4), (259, 3, 1, 1), (262, 3, 1, 2),
+               (273, 4, 1, 8 + 2 + 9 * 12 + 4 + 6), (277, 3, 1, 3), (278, 3, 1, h), (279, 4, 1, len(data))]
+    out = (b"MM" if big_endian else b"II") + struct.pack(e + "HIH", 42, 8, len(entries))
+    for tag, kind, count, value in entries:
+        out += struct.pack(e + ("HHIHH" if kind == 3 and count == 1 else "HHII"), tag, kind, count, value,
+                           *((0,) if kind == 3 and count == 1 else ()))
+    return out + struct.pack(e + "IHHH", 0, 16, 16, 16) + data
+
+
+@pytest.mark.parametrize("big_endian", [False, True], ids=["little-endian", "big-endian"])
+def test_16_bit_rgb_tiff_is_scaled_as_torchvision_scales_16_bit_images(tmp_path, big_endian):
+    from torchvision.transforms.v2.functional import to_dtype
+
+    pixels = np.random.default_rng(1).integers(0, 2**16, (37, 53, 3), dtype=np.uint16)
+    path = tmp_path / "rgb16.tif"
+    path.write_bytes(_tiff_rgb16(pixels, big_endian))
+    img, _ = ImageFiles([path])[0]
+    expected = to_dtype(torch.from_numpy(pixels.astype(np.int32)).to(torch.uint16).permute(2, 0, 1), torch.uint8, scale=True)
+    assert img.dtype == torch.uint8 and torch.equal(img, expected)
+
+
 def test_32_bit_images_are_a_decode_error_saying_why(tmp_path):
     Image.fromarray(np.linspace(0, 1, 64 * 48, dtype=np.float32).reshape(48, 64)).save(tmp_path / "float.tif")
     item, _ = ImageFiles([tmp_path / "float.tif"])[0]
