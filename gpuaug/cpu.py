@@ -8,6 +8,8 @@ syncs with nothing and every torch op is a pass over memory, so the pipeline
   reads (:func:`crop_to_taps`) before resampling;
 * resizes plain uint8 crops with torchvision's own uint8 kernel
   (:func:`gpuaug.functional.geometry.resized_crops`; the plan finds them);
+* gathers the pixels of maps that resample nothing (crops, flips and padding with no resize:
+  each output pixel one source pixel, :func:`gather_pixels`; the CIFAR recipe);
 * runs the color ops as one fused C kernel (:func:`fused_color_program`, :mod:`gpuaug.native`),
   or, without a C compiler, as torch kernels on chunks whose samples take the same color passes.
 
@@ -150,3 +152,30 @@ def crop_to_taps(x: Tensor | list[Tensor], rows: tuple[Tensor, Tensor], cols: tu
             out[b, :, ph:].zero_()
             out[b, :, :ph, pw:].zero_()
     return out, (ri - r0.view(-1, 1, 1), rw), (ci - c0.view(-1, 1, 1), cw)
+
+
+def gather_pixels(x: Tensor | list[Tensor], rows: tuple[Tensor, Tensor], cols: tuple[Tensor, Tensor],
+                  dtype: torch.dtype) -> Tensor:
+    """The resampling of a map where every output pixel reads one source pixel (taps from
+    :func:`gpuaug.functional.geometry.single_taps`): one gather of the batch (a list: two
+    ``index_select`` per image), converted to ``dtype`` and times each pixel's row weight x
+    column weight (0 in padding; uint8's 1/255 rides on the column weights).
+
+    Args:
+        x: ``(B, C, H, W)`` images, or a list of ``(C, H_i, W_i)``.
+        rows, cols: ``(index, weight)``, each ``(B, h)`` / ``(B, w)``: the source row (column) and
+            weight of each output row (column).
+
+    Returns:
+        ``(B, C, h, w)`` ``dtype``, contiguous.
+    """
+    (ri, rw), (ci, cw) = rows, cols
+    h, w = ri.shape[1], ci.shape[1]
+    if isinstance(x, Tensor):
+        B, C, H, W = x.shape
+        flat = (ri.clamp(max=H - 1).unsqueeze(2) * W + ci.clamp(max=W - 1).unsqueeze(1)).view(B, 1, h * w)
+        out = x.reshape(B, C, H * W).gather(2, flat.expand(B, C, h * w)).view(B, C, h, w)
+    else:  # taps past an image's own edge have zero weight: any pixel of it will do
+        out = torch.stack([img.index_select(1, r.clamp(max=img.shape[1] - 1)).index_select(2, c.clamp(max=img.shape[2] - 1))
+                           for img, r, c in zip(x, ri, ci)])
+    return out.to(dtype).mul_(rw[:, None, :, None] * cw[:, None, None, :])

@@ -12,12 +12,12 @@ from . import cpu, native
 from .device import select_device
 from .inputs import check_float_range, checked_dtype, checked_seed, inspect_images
 from .packed import PackedImages
-from .functional.geometry import (axis_taps, crop_boxes, crop_or_pad, resample_separable, resized_crops, tap_count,
-                                 warp_affine)
+from .functional.geometry import (axis_taps, crop_boxes, crop_or_pad, resample_separable, resized_crops, single_taps,
+                                 tap_count, warp_affine)
 from .transforms._base import Draw, Op, Params, Sizes, to_device
 from .transforms.color import ColorOp, Normalize, color_programs
-from .transforms.geometry import (AxisMap, CenterCrop, GeometricOp, RandomCrop, RandomResizedCrop, RandomRotation,
-                                 Resize)
+from .transforms.geometry import (AxisMap, CenterCrop, GeometricOp, RandomCrop, RandomHorizontalFlip, RandomResizedCrop,
+                                 RandomRotation, RandomVerticalFlip, Resize)
 
 
 class Pipeline(nn.Module):
@@ -79,6 +79,8 @@ class Pipeline(nn.Module):
         self._warp_at = [i for i in geometric if i >= first_rotation and hasattr(ops[i], "matrix")]
         self._final_crop_at = [i for i in geometric if i >= first_rotation and isinstance(ops[i], CenterCrop)]
         self._color_at = [i for i, op in enumerate(ops) if isinstance(op, ColorOp)]
+        # Crops, flips and padding only: each output pixel may be one source pixel (CPU: a gather).
+        self._moves_pixels_only = all(isinstance(ops[i], (RandomCrop, CenterCrop, RandomHorizontalFlip, RandomVerticalFlip)) for i in self._resample_at)
         # The value of the padding of the map (RandomCrop's fill), where it is not 0.
         self._pad_fill = next((ops[i].fill for i in self._resample_at
                                if isinstance(ops[i], RandomCrop) and ops[i].fills), None)
@@ -279,7 +281,7 @@ class Pipeline(nn.Module):
         which compute their filter taps themselves), as crop boxes on the CPU for uint8 images
         whose maps are all plain crops (+ flips) (torchvision's uint8 kernel, see ``_geometry``),
         else as filter taps (:func:`_filter_taps`)."""
-        plan = {"resample": None, "axes": None, "rows": None, "cols": None, "boxes": None, "size": None,
+        plan = {"resample": None, "axes": None, "rows": None, "cols": None, "boxes": None, "single": None, "size": None,
                 "warp": None, "fill": None, "pad_fill": None, "final_crop": None, "kernels": kernels}
         s = sizes
         if self._resample_at or sizes.uniform is None:
@@ -313,6 +315,9 @@ class Pipeline(nn.Module):
                 plan["boxes"] = (ys, xs) if ys is not None and xs is not None else None
             if plan["axes"] is None and plan["boxes"] is None:
                 plan["rows"], plan["cols"] = _filter_taps(plan["resample"], plan["size"])
+                if cpu.own_path(self.device) and self._moves_pixels_only:  # a gather will do
+                    rows, cols = single_taps(*plan["rows"]), single_taps(*plan["cols"])
+                    plan["single"] = (rows, cols) if rows is not None and cols is not None else None
             if self._pad_fill is not None:
                 plan["pad_fill"] = self._padding_share(plan, channels)
         return self._plan_warp(plan, s, params, channels)
@@ -392,6 +397,10 @@ class Pipeline(nn.Module):
                     plan["rows"], plan["cols"] = _filter_taps(r, plan["size"])
                 if resampled is None and packed:  # and torch's kernels read a padded batch
                     x = self._stack(x.images, Sizes(per_image=[tuple(t.shape[-2:]) for t in x.images]))
+            if resampled is None and plan["single"] is not None:  # CPU: each output pixel one source pixel
+                (ri, rw), (ci, cw) = plan["single"]
+                resampled = cpu.gather_pixels(x, (_take(ri, part), _take(rw, part)),
+                                              (_take(ci, part), _take(cw, part) * (1 / 255 if uint8 else 1)), dt)
             if resampled is None:
                 (ri, rw), (ci, cw) = plan["rows"], plan["cols"]
                 # This part's (padded) size: taps past it have zero weight.

@@ -204,6 +204,20 @@ def test_random_crop_per_sample(photos, kernel_path, kwargs):
         assert out[i].shape == ref.shape and (out[i] - ref).abs().max() < 1e-4, i
 
 
+@pytest.mark.parametrize("mode", ["constant", "reflect"])
+def test_random_crop_of_a_stacked_batch_per_sample(small_photos, kernel_path, mode):
+    """The CIFAR recipe on a (B, 3, 32, 32) uint8 batch (the CPU gathers its pixels: no resampling)."""
+    images = torch.stack([TF.resize(TF.center_crop(p, [96, 96]), [32, 32], antialias=True) for p in small_photos] * 8)
+    images = TF.to_dtype(images, torch.uint8, scale=True)
+    kwargs = dict(size=32, padding=4, padding_mode=mode)
+    out, params = run([ga.RandomCrop(**kwargs), ga.RandomHorizontalFlip(), ga.RandomVerticalFlip()], images, seed=13)
+    for i, img in enumerate(images):
+        ref = random_crop_reference(img, int(params[0]["top"][i]), int(params[0]["left"][i]), kwargs)
+        ref = TF.horizontal_flip(ref) if params[1]["flip"][i] else ref
+        ref = TF.vertical_flip(ref) if params[2]["flip"][i] else ref
+        assert (out[i] - ref).abs().max() < 1e-6, i
+
+
 def test_random_crop_after_resize_and_before_rotation(photos, kernel_path):
     """The CIFAR-style crop composes with a resize before it and a rotation after it."""
     out, params = run([ga.Resize((64, 80)), ga.RandomCrop(56, padding=6), ga.RandomRotation((25, 25))], photos, seed=4)

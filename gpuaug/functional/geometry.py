@@ -107,6 +107,18 @@ def axis_taps(
     return index.clamp_(0, src_size - 1).long(), weight
 
 
+def single_taps(index: Tensor, weight: Tensor) -> tuple[Tensor, Tensor] | None:
+    """Taps ``(B, n, K)`` (:func:`axis_taps`) of a map where each output pixel reads at most one
+    source pixel, whole (crops, flips, padding and no resize: weights 0 or 1, at most one 1) ->
+    that tap, ``(index, weight)`` each ``(B, n)``; None for any other map. Reads the weights (a
+    host sync on a GPU: for the CPU)."""
+    read = weight > 0
+    if not bool(((weight == 1) | ~read).all()) or bool((read.sum(-1) > 1).any()):
+        return None
+    k = weight.argmax(-1, keepdim=True)
+    return index.gather(-1, k).squeeze(-1), weight.gather(-1, k).squeeze(-1)
+
+
 def resample_separable(x: Tensor, rows: tuple[Tensor, Tensor], cols: tuple[Tensor, Tensor], dtype=None) -> Tensor:
     """Resample ``(B, C, H, W)`` images to ``(B, C, h, w)`` with per-sample row and column taps.
 
