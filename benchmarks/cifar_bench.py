@@ -60,7 +60,8 @@ def main(argv=None) -> list[tuple[str, str, float]]:
             import kornia.augmentation as K
 
             kornia = K.AugmentationSequential(K.RandomCrop((32, 32), padding=4, padding_mode=mode),
-                                              K.RandomHorizontalFlip(), K.Normalize(torch.tensor(mean), torch.tensor(std)))
+                                              K.RandomHorizontalFlip(), K.Normalize(torch.tensor(mean), torch.tensor(std))
+                                              ).to(device)
             candidates.append(("kornia eager", lambda: kornia(x.float() / 255)))
         except Exception as e:  # kornia missing or refusing the mode: a row that says so
             rows.append((mode, f"kornia eager (failed: {type(e).__name__})", float("nan")))
@@ -69,8 +70,13 @@ def main(argv=None) -> list[tuple[str, str, float]]:
         candidates.append(("gpuaug", lambda: pipe(x)))
         for name, fn in candidates:
             per_sample = name.endswith("per sample")
-            rate = _median_rate(fn, args.batch, max(3, args.repeats // 5) if per_sample else args.repeats,
-                                (lambda: None) if per_sample else sync)
+            try:
+                rate = _median_rate(fn, args.batch, max(3, args.repeats // 5) if per_sample else args.repeats,
+                                    (lambda: None) if per_sample else sync)
+            except Exception as e:  # another library's failure is a row that says so; gpuaug's is fatal
+                if name == "gpuaug":
+                    raise
+                name, rate = f"{name} (failed: {type(e).__name__})", float("nan")
             rows.append((mode, name, rate))
     base = {mode: rate for mode, name, rate in rows if name == "torchvision v2 per sample"}
     print(f"cifar_bench: {device}, batch {args.batch} of uint8 32x32, "

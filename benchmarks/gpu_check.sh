@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The one device check, for a session that is lent a GPU (device tool, one call, ~4-5 minutes;
-# the timeouts below add up to ~11, past the device call's 600 s: the steps run in priority
+# the timeouts below add up to ~12, past the device call's 600 s: the steps run in priority
 # order, so a cut loses the last ones, and each step's output is already under $OUT): CUDA tests, the GPU benchmark, torch.compile's effect, a
 # kernel profile of the pipeline (with the Triton kernels, then with GPUAUG_TRITON=0 for the
-# torch kernels) and the worker-to-GPU handoff of a ragged batch, everything written under $OUT.
+# torch kernels), the worker-to-GPU handoff of a ragged batch and the CIFAR recipe, everything written under $OUT.
 # Run from the repository root:  bash benchmarks/gpu_check.sh
 # The device image has torch, torchvision, scikit-image, tqdm and matplotlib but no kornia and no
 # network: carry kornia's wheels in wheels/ (pip download kornia kornia-rs --no-deps
@@ -56,3 +56,6 @@ GPUAUG_TRITON=0 timeout 45 $PY benchmarks/profile_pipeline.py --device cuda --ba
 
 echo "== handing a ragged batch of 256 from the workers to the GPU: a list versus PackedImages"
 timeout 45 $PY benchmarks/handoff_bench.py --device cuda --rounds 1 --wait 2 2>&1 | tee "$OUT/handoff_gpu.txt" | tail -n 5
+
+echo "== the CIFAR recipe on CUDA (RandomCrop(32, padding=4) + flip + Normalize, batch 256 of 32x32)"
+timeout 60 $PY benchmarks/cifar_bench.py --device cuda 2>&1 | tee "$OUT/cifar_gpu.txt" | tail -n 10
