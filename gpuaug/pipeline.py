@@ -80,7 +80,8 @@ class Pipeline(nn.Module):
         self._final_crop_at = [i for i in geometric if i >= first_rotation and isinstance(ops[i], CenterCrop)]
         self._color_at = [i for i, op in enumerate(ops) if isinstance(op, ColorOp)]
         # Crops, flips and padding only: each output pixel may be one source pixel (CPU: a gather).
-        self._moves_pixels_only = all(isinstance(ops[i], (RandomCrop, CenterCrop, RandomHorizontalFlip, RandomVerticalFlip)) for i in self._resample_at)
+        moves = (RandomCrop, CenterCrop, RandomHorizontalFlip, RandomVerticalFlip)
+        self._moves_pixels_only = all(isinstance(ops[i], moves) for i in self._resample_at)
         # The value of the padding of the map (RandomCrop's fill), where it is not 0.
         self._pad_fill = next((ops[i].fill for i in self._resample_at
                                if isinstance(ops[i], RandomCrop) and ops[i].fills), None)
