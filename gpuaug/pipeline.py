@@ -280,7 +280,8 @@ class Pipeline(nn.Module):
         it) for the whole batch, from the params; ``None`` for a stage with no op. The resampling
         is planned as axis maps for the CUDA kernels (``kernels``: :mod:`gpuaug.gpu_kernels`,
         which compute their filter taps themselves), as crop boxes on the CPU for uint8 images
-        whose maps are all plain crops (+ flips) (torchvision's uint8 kernel, see ``_geometry``),
+        whose maps are all plain crops (+ flips), resized, or whole-pixel parts of such (torchvision's
+        uint8 kernel, see ``_geometry``),
         else as filter taps (:func:`_filter_taps`)."""
         plan = {"resample": None, "axes": None, "rows": None, "cols": None, "boxes": None, "single": None, "size": None,
                 "warp": None, "fill": None, "pad_fill": None, "final_crop": None, "kernels": kernels}
@@ -368,11 +369,13 @@ class Pipeline(nn.Module):
         uint8 = (x.flat if packed else x[0] if isinstance(x, list) else x).dtype == torch.uint8
         warp = None if plan["warp"] is None else _take(plan["warp"], part)
         if plan["boxes"] is not None:
-            # CPU, uint8, every sample a plain crop (+ flip) resized: torchvision's own uint8
+            # CPU, uint8, every sample a plain crop (+ flip) resized (a part of it kept): torchvision's own uint8
             # kernel per image, 3-5x faster here than resampling in float. Results are integers,
             # as torchvision's are on uint8 (fixed-point weights: within 1/255 of the float path).
-            (top, height, flip_y), (left, width, flip_x) = ([_take(t, part) for t in axis] for axis in plan["boxes"])
-            x = resized_crops(x, top.tolist(), left.tolist(), height.tolist(), width.tolist(), plan["size"])
+            (top, height, flip_y, rows, skip_y), (left, width, flip_x, cols, skip_x) = (
+                [_take(t, part) for t in axis] for axis in plan["boxes"])
+            x = resized_crops(x, top.tolist(), left.tolist(), height.tolist(), width.tolist(), plan["size"],
+                              list(zip(rows.tolist(), cols.tolist())), list(zip(skip_y.tolist(), skip_x.tolist())))
             if warp is not None:  # flips ride on the warp: mirror its source coordinates
                 warp = warp.clone()
                 warp[:, 0] *= 1 - 2 * flip_x.to(warp.dtype).view(-1, 1)

@@ -155,45 +155,59 @@ def _gather_rows(table: Tensor, index: Tensor, weight: Tensor, B: int, C: int, n
 def crop_boxes(
     scale: Tensor, offset: Tensor, window: tuple[Tensor, Tensor], valid: tuple[Tensor, Tensor], out_size: int,
     content: tuple[Tensor, Tensor] | None = None,
-) -> tuple[Tensor, Tensor, Tensor] | None:
-    """Where an axis map (as :func:`axis_taps` takes it) is a plain crop resized to ``out_size``,
-    possibly mirrored — the filter reads exactly the crop and no output is padding — the crop per
-    sample: ``(start, length, mirrored)``, ``(B,)`` int64, int64, bool. ``None`` if any sample's
-    map is something else (a crop of a resized image, padding, a fractional crop)."""
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor] | None:
+    """Where an axis map (as :func:`axis_taps` takes it) is a plain crop resized to a whole number
+    of pixels, of which the output is a whole-pixel part, possibly mirrored — the filter reads
+    exactly the crop and no output is padding (a resized crop; ``Resize`` then ``CenterCrop``, as
+    torchvision resizes the whole image and crops the result) — per sample ``(start, length,
+    mirrored, resized, skip)``: the crop, whether the output is mirrored, the length it is resized
+    to and the first resized pixel the output keeps; ``(B,)`` int64 but ``mirrored`` (bool).
+    ``None`` if any sample's map is something else (padding, a fractional crop or part)."""
     # Maps are composed in float32: a plain crop's ends are off its integers by ~1e-5 px.
     tol = 1e-3
     a = scale.double().abs()
     start = torch.where(scale < 0, offset.double() - a * out_size, offset.double())
     lo, hi = window[0].double(), window[1].double()
-    exact = ((start - lo).abs() < tol) & ((start + a * out_size - hi).abs() < tol)
-    exact &= ((lo - lo.round()).abs() < tol) & ((hi - hi.round()).abs() < tol)
+    resized, skip = (hi - lo) / a, (start - lo) / a
+    exact = ((lo - lo.round()).abs() < tol) & ((hi - hi.round()).abs() < tol)
+    exact &= ((resized - resized.round()).abs() < tol) & ((skip - skip.round()).abs() < tol)
+    exact &= (skip.round() >= 0) & (skip.round() + out_size <= resized.round())
     exact &= (valid[0].double().abs() < tol) & ((valid[1].double() - out_size).abs() < tol)
     if content is not None:  # no padding inside the window
         exact &= ((content[0].double() - lo).abs() < tol) & ((content[1].double() - hi).abs() < tol)
     if not bool(exact.all()):
         return None
-    return lo.round().long(), (hi - lo).round().long(), scale < 0
+    return lo.round().long(), (hi - lo).round().long(), scale < 0, resized.round().long(), skip.round().long()
 
 
 def resized_crops(images: Tensor | list[Tensor], top: list[int], left: list[int], height: list[int],
-                  width: list[int], size: tuple[int, int]) -> Tensor:
-    """CPU, uint8: crop each image and resize it to ``size`` with torchvision's own kernel
+                  width: list[int], size: tuple[int, int], resized: list[tuple[int, int]] | None = None,
+                  skip: list[tuple[int, int]] | None = None) -> Tensor:
+    """CPU, uint8: crop each image and resize it with torchvision's own kernel
     (``F.interpolate(..., antialias=True)`` on uint8, as ``F.resized_crop`` runs on a uint8
-    tensor: the result is rounded to integers, as torchvision's). One call per image — the uint8
-    channels-last kernel runs 0.05-0.12 ms per 224x224 crop on one core, 3-5x faster than the
-    batched float resampling on the CPU — so this is for the CPU only.
+    tensor: the result is rounded to integers, as torchvision's), then keep ``size`` of it. One
+    call per image — the uint8 channels-last kernel runs 0.05-0.12 ms per 224x224 crop on one
+    core, 3-5x faster than the batched float resampling on the CPU — so this is for the CPU only.
 
     Args:
         images: ``(B, C, H, W)`` uint8, or a list of ``(C, H_i, W_i)`` uint8.
         top, left, height, width: the crop of each image, host ints.
+        size: the output ``(h, w)``.
+        resized: per image, the ``(h, w)`` its crop is resized to (default ``size``); the crop
+            is copied as it is where that is its own size.
+        skip: per image, the ``(top, left)`` of the output in the resized crop (default 0, 0).
 
     Returns:
-        ``(B, C, *size)`` uint8, contiguous.
+        ``(B, C, *size)`` uint8.
     """
     outs = []
-    for img, t, l, h, w in zip(images, top, left, height, width):
+    n = len(top)
+    for img, t, l, h, w, (rh, rw), (sy, sx) in zip(images, top, left, height, width, resized or [size] * n,
+                                                    skip or [(0, 0)] * n):
         crop = channels_last(img[:, t:t + h, l:l + w])
-        outs.append(F.interpolate(crop, size=size, mode="bilinear", antialias=True, align_corners=False))
+        if (rh, rw) != (h, w):
+            crop = F.interpolate(crop, size=(rh, rw), mode="bilinear", antialias=True, align_corners=False)
+        outs.append(crop[..., sy:sy + size[0], sx:sx + size[1]])
     return torch.cat(outs)
 
 
