@@ -69,7 +69,8 @@ def inspect_images(images) -> tuple[list[Tensor] | Tensor, Sizes, int, bool]:
     if images.dim() != 4:
         raise ValueError(
             f"expected images of shape (B, C, H, W), clips (B, T, C, H, W) or a list of (C, H, W) tensors, "
-            f"got a tensor of shape {tuple(images.shape)}")
+            f"got a tensor of shape {tuple(images.shape)}"
+            + (" (one image? x[None] makes a batch of one)" if images.dim() == 3 and images.shape[0] in (1, 3) else ""))
     check_image_tensor(images, "images")
     return images, Sizes(uniform=tuple(images.shape[-2:])), 1, False
 

@@ -17,6 +17,7 @@ def pipe(*ops):
     [
         (torch.zeros(2, 3, 8, 8, dtype=torch.int32), TypeError, "uint8 or float"),
         (torch.zeros(3, 8, 8, dtype=torch.uint8), ValueError, "(B, C, H, W)"),
+        (torch.zeros(3, 8, 8, dtype=torch.uint8), ValueError, "one image? x[None] makes a batch of one"),
         (torch.zeros(2, 4, 8, 8, dtype=torch.uint8), ValueError, "1 or 3 channels"),
         (torch.zeros(2, 8, 9, 3, dtype=torch.uint8), ValueError, "channels last? .permute(0, 3, 1, 2)"),
         (torch.zeros(0, 3, 8, 8, dtype=torch.uint8), ValueError, "non-empty"),
