@@ -328,14 +328,12 @@ class Pipeline(nn.Module):
         """RandomCrop's fill, ``(C,)``, and the share of each output pixel's filter that read
         image pixels, per axis: ``(n, h)`` and ``(n, w)``; the rest of the filter read padding,
         which holds the fill (the resampling read it as 0). None for crop boxes: no padding."""
-        fill = self._pad_fill
-        if len(fill) not in (1, channels):
-            raise ValueError(f"RandomCrop fill has {len(fill)} values, images have {channels} channels")
+        fill = _fill_values("RandomCrop", self._pad_fill, channels, self.device)
         if plan["boxes"] is not None:
             return None
         rows, cols = (plan["rows"], plan["cols"]) if plan["rows"] is not None else \
             _filter_taps(plan["resample"], plan["size"])
-        return to_device(fill * channels if len(fill) == 1 else fill, self.device), rows[1].sum(-1), cols[1].sum(-1)
+        return fill, rows[1].sum(-1), cols[1].sum(-1)
 
     def _plan_warp(self, plan: dict, s: Sizes, params: list[Params], channels: int) -> dict:
         """The warp stage of :meth:`_plan`: ``s`` are the sizes it sees."""
@@ -346,10 +344,8 @@ class Pipeline(nn.Module):
                 matrix = m if matrix is None else matrix @ m
             plan["warp"] = matrix
             fill = next(self.ops[i].fill for i in self._warp_at if isinstance(self.ops[i], RandomRotation))
-            if len(fill) not in (1, channels):
-                raise ValueError(f"RandomRotation fill has {len(fill)} values, images have {channels} channels")
-            if any(fill):
-                plan["fill"] = to_device(fill * channels if len(fill) == 1 else fill, self.device)
+            values = _fill_values("RandomRotation", fill, channels, self.device)
+            plan["fill"] = values if any(fill) else None
         if self._final_crop_at:  # one window (top, left, h, w) of the warped image, host-side
             top = left = 0
             size = s.uniform
@@ -367,6 +363,7 @@ class Pipeline(nn.Module):
         dt = self.compute_dtype()
         packed = not isinstance(x, (Tensor, list))  # a ragged list packed for the CUDA kernels
         uint8 = (x.flat if packed else x[0] if isinstance(x, list) else x).dtype == torch.uint8
+        unit = 1 / 255 if uint8 else 1.0  # uint8 -> [0, 1], carried by a resampling's column weights
         warp = None if plan["warp"] is None else _take(plan["warp"], part)
         if plan["boxes"] is not None:
             # CPU, uint8, every sample a plain crop (+ flip) resized (a part of it kept): torchvision's own uint8
@@ -396,7 +393,7 @@ class Pipeline(nn.Module):
             if plan["axes"] is not None:  # CUDA: two Triton launches, uint8 read as is
                 r = plan["resample"]
                 resampled = kernels.guarded(kernels.resample_axes, x, _take(plan["axes"], part), plan["size"], r["taps"],
-                                            dt, 1 / 255 if uint8 else 1.0, r["antialias"], r["pad_mode"])
+                                            dt, unit, r["antialias"], r["pad_mode"])
                 if resampled is None and plan["rows"] is None:  # the kernels failed: taps for torch's
                     plan["rows"], plan["cols"] = _filter_taps(r, plan["size"])
                 if resampled is None and packed:  # and torch's kernels read a padded batch
@@ -404,14 +401,14 @@ class Pipeline(nn.Module):
             if resampled is None and plan["single"] is not None:  # CPU: each output pixel one source pixel
                 (ri, rw), (ci, cw) = plan["single"]
                 resampled = cpu.gather_pixels(x, (_take(ri, part), _take(rw, part)),
-                                              (_take(ci, part), _take(cw, part) * (1 / 255 if uint8 else 1)), dt)
+                                              (_take(ci, part), _take(cw, part) * unit), dt)
             if resampled is None:
                 (ri, rw), (ci, cw) = plan["rows"], plan["cols"]
                 # This part's (padded) size: taps past it have zero weight.
                 H, W = (max(t.shape[-2] for t in x), max(t.shape[-1] for t in x)) if isinstance(x, list) else x.shape[-2:]
                 rows = (_take(ri, part).clamp(max=H - 1), _take(rw, part))
                 # uint8 -> [0, 1] rides on the column weights: one pass less over the images.
-                cols = (_take(ci, part).clamp(max=W - 1), _take(cw, part) * (1 / 255 if uint8 else 1))
+                cols = (_take(ci, part).clamp(max=W - 1), _take(cw, part) * unit)
                 if cpu.own_path(self.device):
                     x, rows, cols = cpu.crop_to_taps(x, rows, cols, dt)
                 resampled = resample_separable(x, rows, cols, dt)
@@ -496,6 +493,14 @@ def _filter_taps(resample: dict, size: tuple[int, int]) -> tuple[tuple[Tensor, T
     index, weight = axis_taps(scale, offset, (lo, hi), (valid_lo, valid_hi), max(h, w), max(H, W), max(ky, kx),
                               resample["antialias"], (content_lo, content_hi), resample["pad_mode"])
     return (index[:, 0, :h, :ky], weight[:, 0, :h, :ky]), (index[:, 1, :w, :kx], weight[:, 1, :w, :kx])
+
+
+def _fill_values(op: str, fill: tuple[float, ...], channels: int, device: torch.device) -> Tensor:
+    """An op's fill (one value, or one per channel) as ``(C,)`` float32 on ``device`` (a
+    non-blocking copy); ValueError where it holds another number of values."""
+    if len(fill) not in (1, channels):
+        raise ValueError(f"{op} fill has {len(fill)} values, images have {channels} channels")
+    return to_device(fill * channels if len(fill) == 1 else fill, device)
 
 
 def _gpu_kernels(device: torch.device):

@@ -181,8 +181,8 @@ def crop_boxes(
 
 
 def resized_crops(images: Tensor | list[Tensor], top: list[int], left: list[int], height: list[int],
-                  width: list[int], size: tuple[int, int], resized: list[tuple[int, int]] | None = None,
-                  skip: list[tuple[int, int]] | None = None) -> Tensor:
+                  width: list[int], size: tuple[int, int], resized: list[tuple[int, int]],
+                  skip: list[tuple[int, int]]) -> Tensor:
     """CPU, uint8: crop each image and resize it with torchvision's own kernel
     (``F.interpolate(..., antialias=True)`` on uint8, as ``F.resized_crop`` runs on a uint8
     tensor: the result is rounded to integers, as torchvision's), then keep ``size`` of it. One
@@ -193,17 +193,15 @@ def resized_crops(images: Tensor | list[Tensor], top: list[int], left: list[int]
         images: ``(B, C, H, W)`` uint8, or a list of ``(C, H_i, W_i)`` uint8.
         top, left, height, width: the crop of each image, host ints.
         size: the output ``(h, w)``.
-        resized: per image, the ``(h, w)`` its crop is resized to (default ``size``); the crop
-            is copied as it is where that is its own size.
-        skip: per image, the ``(top, left)`` of the output in the resized crop (default 0, 0).
+        resized: per image, the ``(h, w)`` its crop is resized to; the crop is copied as it is
+            where that is its own size.
+        skip: per image, the ``(top, left)`` of the output in the resized crop.
 
     Returns:
         ``(B, C, *size)`` uint8.
     """
     outs = []
-    n = len(top)
-    for img, t, l, h, w, (rh, rw), (sy, sx) in zip(images, top, left, height, width, resized or [size] * n,
-                                                    skip or [(0, 0)] * n):
+    for img, t, l, h, w, (rh, rw), (sy, sx) in zip(images, top, left, height, width, resized, skip):
         crop = channels_last(img[:, t:t + h, l:l + w])
         if (rh, rw) != (h, w):
             crop = F.interpolate(crop, size=(rh, rw), mode="bilinear", antialias=True, align_corners=False)
