@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Sequence
 
@@ -18,6 +19,11 @@ from .transforms._base import Draw, Op, Params, Sizes, to_device
 from .transforms.color import ColorOp, Normalize, color_programs
 from .transforms.geometry import (AxisMap, CenterCrop, GeometricOp, RandomCrop, RandomHorizontalFlip, RandomResizedCrop,
                                  RandomRotation, RandomVerticalFlip, Resize)
+
+
+def _seed_from_state(state: Tensor) -> int:
+    """A 63-bit seed from a generator's state (a uint8 tensor on the host), the same in every process."""
+    return int.from_bytes(hashlib.blake2b(state.numpy().tobytes(), digest_size=8).digest(), "little") & (2**63 - 1)
 
 
 class Pipeline(nn.Module):
@@ -171,11 +177,18 @@ class Pipeline(nn.Module):
         # A copy of the pipeline in a DataLoader worker (a CPU user's Dataset) must not replay the
         # parent's stream, nor another worker's: each worker seeds from the pipeline's seed and its
         # own worker seed (new each epoch), as torch reseeds its global RNG there.
+        # A pipeline moved to another device after drawing goes on from where its stream was (a
+        # generator cannot move): the new one is seeded from the old one's state, read on the host
+        # (a CUDA generator's seed and offset: no wait for the device), so no draw repeats.
         worker = torch.utils.data.get_worker_info()
         owner = (os.getpid(), None if worker is None else worker.seed)
         if self._generator is None or self._generator.device != self.device or self._owner != owner:
+            if self._generator is not None and self._owner == owner:
+                seed = _seed_from_state(self._generator.get_state())
+            else:
+                seed = self.seed if worker is None else hash((self.seed, worker.seed)) & (2**63 - 1)
             self._generator = torch.Generator(device=self.device)
-            self._generator.manual_seed(self.seed if worker is None else hash((self.seed, worker.seed)) & (2**63 - 1))
+            self._generator.manual_seed(seed)
             self._owner = owner
         return self._generator
 

@@ -65,6 +65,15 @@ def test_no_host_sync_per_batch(photos):
     assert out.shape == (32, 3, 224, 224)
 
 
+def test_a_pipeline_moved_to_cuda_after_drawing_does_not_restart_its_stream(photos):
+    moved = ga.Pipeline(ga.RandomRotation(180), device="cpu", seed=9)
+    moved(photos)
+    moved.to("cuda")
+    _, after = moved(photos, return_params=True)
+    _, fresh = ga.Pipeline(ga.RandomRotation(180), device="cuda", seed=9)(photos, return_params=True)
+    assert after[0]["angle"].is_cuda and not torch.equal(after[0]["angle"], fresh[0]["angle"])
+
+
 def test_cpu_batch_is_moved_to_the_pipeline_device(photos):
     out = ga.Pipeline(*ops(), device="cuda", seed=0)(photos)
     assert out.device.type == "cuda"

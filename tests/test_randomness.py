@@ -44,6 +44,32 @@ def test_successive_calls_draw_new_params(photos):
     assert torch.equal(first, pipe(photos))
 
 
+class _GeneratorElsewhere:
+    """A generator on another device (this machine has one): what a moved pipeline left behind."""
+    device = torch.device("cuda")
+
+    def __init__(self, generator: torch.Generator):
+        self.get_state = generator.get_state
+
+
+def test_a_moved_pipeline_goes_on_with_its_stream(small_photos):
+    # A generator cannot move: after a move the pipeline makes one on its new device. Seeded from
+    # the pipeline's seed, its first draws would repeat the ones made before the move.
+    def angles_around_a_move(seed):
+        pipe = ga.Pipeline(ga.RandomRotation(180), device="cpu", seed=seed)
+        _, before = pipe(small_photos, return_params=True)
+        pipe._generator = _GeneratorElsewhere(pipe._generator)
+        _, after = pipe(small_photos, return_params=True)
+        pipe.manual_seed(seed)
+        _, restarted = pipe(small_photos, return_params=True)
+        return before[0]["angle"], after[0]["angle"], restarted[0]["angle"]
+
+    before, after, restarted = angles_around_a_move(4)
+    assert not torch.isin(after, before).any()
+    assert torch.equal(restarted, before)
+    assert all(torch.equal(a, b) for a, b in zip(angles_around_a_move(4), (before, after, restarted)))
+
+
 def test_replayed_params_give_identical_output(photos):
     pipe = ga.Pipeline(*FULL(), device="cpu", seed=9)
     out, params = pipe(photos, return_params=True)
