@@ -164,7 +164,13 @@ def test_bad_op_arguments_raise_what_torchvision_raises(name, args, kwargs):
         (lambda: ga.Normalize((123.675, 116.28, 103.53), (58.395, 57.12, 57.375)), ValueError),  # 0-255 scale
         (lambda: ga.RandomRotation(15, fill=(0.5, -0.1, 0.5)), ValueError),
         (lambda: ga.RandomRotation(15, center=(3, 4)), ValueError),
-        (lambda: ga.Resize(256, max_size=300), ValueError),
+        (lambda: ga.Resize(256, max_size=256), ValueError),  # torchvision's: the bound must pass the shorter side
+        (lambda: ga.Resize((200, 300), max_size=400), ValueError),  # torchvision's: max_size needs an int size
+        (lambda: ga.Resize(None), ValueError),  # torchvision's: size=None needs max_size
+        (lambda: ga.Resize(None, max_size=0), ValueError),
+        (lambda: ga.Resize(None, max_size=320.5), ValueError),
+        (lambda: ga.Pipeline(ga.Resize(None, max_size=320), device="cpu")(torch.zeros(1, 3, 2, 999, dtype=torch.uint8)),
+         ValueError),  # a 0-pixel side (torchvision: a RuntimeError from inside torch)
         (lambda: ga.Resize(256, antialias="yes"), TypeError),
         (lambda: ga.RandomCrop(32, padding=-2), ValueError),  # torchvision's negative padding crops
         (lambda: ga.Pipeline(ga.Resize(40), ga.RandomCrop(32, padding=4, padding_mode="reflect"), device="cpu"),

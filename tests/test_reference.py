@@ -87,11 +87,13 @@ def test_plain_bilinear_fails_the_psnr_bar(photos):
     assert (plain - TF.resize(to_float(img), size, antialias=False)).abs().max() < 1e-4
 
 
-@pytest.mark.parametrize("size", [256, [256], (200, 300), (600, 700)])  # [s]: the shorter side, as s
-def test_resize_matches_torchvision(photos, size, kernel_path):
+@pytest.mark.parametrize("size, max_size", [(256, None), ([256], None), ((200, 300), None), ((600, 700), None),
+                                            (256, 300), (None, 320)])  # [s]: the shorter side, as s
+def test_resize_matches_torchvision(photos, size, max_size, kernel_path):
     for img in photos:
-        ours = ga.Pipeline(ga.Resize(size), device="cpu")(img[None])[0]
-        ref = TF.resize(to_float(img), size if isinstance(size, int) else list(size), antialias=True)
+        ours = ga.Pipeline(ga.Resize(size, max_size=max_size), device="cpu")(img[None])[0]
+        ref = TF.resize(to_float(img), size if size is None or isinstance(size, int) else list(size),
+                        max_size=max_size, antialias=True)
         assert ours.shape == ref.shape
         if kernel_path in ("one pass", "cuda kernels"):
             assert (ours - ref).abs().max() < 1e-4

@@ -179,36 +179,62 @@ class Resize(GeometricOp):
     truncated as torchvision's ``int(size * long / short)``), ``(h, w)`` sets both.
 
     Antialiased bilinear, equal to torchvision's ``F.resize(..., antialias=True)``. No params.
-    ``interpolation`` (BILINEAR only) and ``max_size`` (None only) are taken for ported code.
+    ``interpolation`` is taken for ported code (BILINEAR only).
+
+    Args:
+        size: an int (or ``[s]``): the shorter side; ``(h, w)``; or ``None`` with ``max_size``.
+        max_size: as torchvision's: with an int ``size``, the longer side's bound (the image is
+            scaled down further, aspect kept, where the longer side would pass it; it must be
+            larger than ``size``); with ``size=None``, the longer side itself.
     """
 
     def __init__(self, size, interpolation="bilinear", max_size=None, antialias: bool = True):
         super().__init__()
         check_bilinear(interpolation, "Resize")
-        if max_size is not None:
-            raise ValueError(f"Resize has no max_size (got {max_size!r}); give size as (h, w) or the shorter side")
-        if size is None:  # torchvision's error: size=None needs max_size, which gpuaug's Resize does not have
-            raise ValueError("size must be an int or a sequence of one or two ints (gpuaug's Resize has no max_size)")
-        if isinstance(size, Sequence) and not isinstance(size, str) and len(size) == 1:
-            size = size[0]  # [s] means the shorter side, as an int does (torchvision's TorchScript form)
-        if isinstance(size, numbers.Integral) and not isinstance(size, bool):
-            if size <= 0:
-                raise ValueError(f"size should be a positive integer, got {size}")
-            self.size = int(size)
+        if max_size is not None and (not isinstance(max_size, numbers.Integral) or isinstance(max_size, bool)
+                                     or max_size <= 0):
+            raise ValueError(f"max_size must be a positive integer or None, got {max_size!r}")
+        self.max_size = None if max_size is None else int(max_size)
+        if size is None:  # torchvision's error
+            if max_size is None:
+                raise ValueError("max_size must be an integer when size is None, but got None instead.")
+            self.size = None
         else:
-            self.size = setup_size(size, "size can be an int or a sequence of one or two ints")
+            if isinstance(size, Sequence) and not isinstance(size, str) and len(size) == 1:
+                size = size[0]  # [s] means the shorter side, as an int does (torchvision's TorchScript form)
+            if isinstance(size, numbers.Integral) and not isinstance(size, bool):
+                if size <= 0:
+                    raise ValueError(f"size should be a positive integer, got {size}")
+                self.size = int(size)
+                if self.max_size is not None and self.max_size <= self.size:  # torchvision's error
+                    raise ValueError(f"max_size = {max_size} must be strictly greater than the requested "
+                                     f"size for the smaller edge size = {size}")
+            else:
+                self.size = setup_size(size, "size can be an int or a sequence of one or two ints")
+                if self.max_size is not None:  # torchvision's error
+                    raise ValueError("max_size should only be passed if size is None or specifies the length of "
+                                     f"the smaller edge, i.e. an int; got size={size}")
         self.antialias = check_antialias(antialias)
 
     def extra_repr(self) -> str:
-        return f"size={self.size}, antialias={self.antialias}"
+        bound = "" if self.max_size is None else f", max_size={self.max_size}"
+        return f"size={self.size}{bound}, antialias={self.antialias}"
 
     def _out(self, hw: tuple[int, int]) -> tuple[int, int]:
+        """torchvision's ``_compute_resized_output_size``."""
         if isinstance(self.size, tuple):
             return self.size
         h, w = hw
-        if h <= w:
-            return self.size, int(self.size * w / h)
-        return int(self.size * h / w), self.size
+        short, long = min(h, w), max(h, w)
+        if self.size is None:
+            new_short, new_long = int(self.max_size * short / long), self.max_size
+        else:
+            new_short, new_long = self.size, int(self.size * long / short)
+            if self.max_size is not None and new_long > self.max_size:
+                new_short, new_long = int(self.max_size * new_short / new_long), self.max_size
+        if new_short < 1:
+            raise ValueError(f"{self!r} of a {h}x{w} image gives a side of 0 pixels")
+        return (new_long, new_short) if h > w else (new_short, new_long)
 
     def output_sizes(self, sizes: Sizes) -> Sizes:
         return sizes.map(self._out)
