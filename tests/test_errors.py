@@ -163,7 +163,9 @@ def test_bad_op_arguments_raise_what_torchvision_raises(name, args, kwargs):
         (lambda: ga.RandomRotation(15, fill=255), ValueError),  # torchvision's white for uint8: here 1.0
         (lambda: ga.Normalize((123.675, 116.28, 103.53), (58.395, 57.12, 57.375)), ValueError),  # 0-255 scale
         (lambda: ga.RandomRotation(15, fill=(0.5, -0.1, 0.5)), ValueError),
-        (lambda: ga.RandomRotation(15, center=(3, 4)), ValueError),
+        (lambda: ga.RandomRotation(15, center=(3, 4, 5)), ValueError),  # torchvision's: (x, y)
+        (lambda: ga.RandomRotation(15, center=3), TypeError),
+        (lambda: ga.RandomRotation(15, center=(3, float("nan"))), ValueError),
         (lambda: ga.Resize(256, max_size=256), ValueError),  # torchvision's: the bound must pass the shorter side
         (lambda: ga.Resize((200, 300), max_size=400), ValueError),  # torchvision's: max_size needs an int size
         (lambda: ga.Resize(None), ValueError),  # torchvision's: size=None needs max_size

@@ -369,6 +369,21 @@ def test_rotation_matches_torchvision(small_photos, angle, kernel_path):
         assert (out[i] - ref).abs().max() < 1e-3  # corners too: torchvision's fill rule
 
 
+@pytest.mark.parametrize("center", [(10, 20), (100.5, 90), (-30, 50)])
+def test_rotation_about_a_center_matches_torchvision(small_photos, kernel_path, center):
+    """torchvision's ``center`` ((x, y) pixels of the rotated image), then a flip (its matrix
+    composes with the rotation's shift) and per sample angles."""
+    x = torch.stack(small_photos * 2)
+    out, (rot, flip) = run([ga.RandomRotation(40, center=center, fill=0.3), ga.RandomHorizontalFlip()], x, seed=3)
+    assert 0 < int(flip["flip"].sum()) < len(x)
+    for i in range(len(x)):
+        ref = TF.rotate(x[i], float(rot["angle"][i]), interpolation=InterpolationMode.BILINEAR,
+                        center=list(center), fill=0.3)
+        if flip["flip"][i]:
+            ref = TF.horizontal_flip(ref)
+        assert (out[i] - ref).abs().max() < 1e-3  # the whole image: torchvision's fill rule
+
+
 def test_rotation_fill_per_channel(small_photos, kernel_path):
     x = small_photos[0]
     out = ga.Pipeline(ga.RandomRotation((40, 40), fill=(0.2, 0.5, 0.9)), device="cpu")(x[None])[0]

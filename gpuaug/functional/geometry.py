@@ -209,15 +209,22 @@ def resized_crops(images: Tensor | list[Tensor], top: list[int], left: list[int]
     return torch.cat(outs)
 
 
-def rotation_matrix(angle: Tensor, height: int, width: int) -> Tensor:
+def rotation_matrix(angle: Tensor, height: int, width: int, center: tuple[float, float] | None = None) -> Tensor:
     """``(B, 3, 3)`` output->input maps in ``grid_sample``'s normalized coordinates for a rotation
-    by ``angle`` degrees (``(B,)``) about the image center, counter-clockwise as torchvision's."""
+    by ``angle`` degrees (``(B,)``) counter-clockwise as torchvision's, about ``center`` (``(x, y)``
+    in pixels from the top left corner, torchvision's) or, for ``None``, the image center."""
     a = torch.deg2rad(angle.float())
     cos, sin = torch.cos(a), torch.sin(a)
     zero, one = torch.zeros_like(cos), torch.ones_like(cos)
     # In pixel units (y down) the inverse map of a counter-clockwise turn is [[c, -s], [s, c]];
     # normalized coordinates scale x by 2/width and y by 2/height.
-    rows = [cos, sin * (-height / width), zero, sin * (width / height), cos, zero, zero, zero, one]
+    shift_x = shift_y = zero
+    if center is not None:
+        # About the point c (pixels from the image center): source = M (q - c) + c.
+        cx, cy = center[0] - width / 2, center[1] - height / 2
+        shift_x = (cx - cos * cx + sin * cy) * (2 / width)
+        shift_y = (cy - sin * cx - cos * cy) * (2 / height)
+    rows = [cos, sin * (-height / width), shift_x, sin * (width / height), cos, shift_y, zero, zero, one]
     return torch.stack(rows, -1).view(-1, 3, 3)
 
 

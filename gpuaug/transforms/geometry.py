@@ -425,7 +425,7 @@ class RandomVerticalFlip(_RandomFlip):
 
 
 class RandomRotation(GeometricOp):
-    """Rotate about the center by an angle drawn uniformly from ``degrees``, per sample.
+    """Rotate about the center (or ``center``) by an angle drawn uniformly from ``degrees``, per sample.
 
     Positive angles turn counter-clockwise (torchvision's convention); the output keeps the input
     size (``expand=False``); uncovered corners get ``fill``. Sampling is bilinear (torchvision's
@@ -433,8 +433,10 @@ class RandomRotation(GeometricOp):
 
     Args:
         degrees: a number ``d`` for ``[-d, d]`` (``d >= 0``), or ``(min, max)``.
-        interpolation, expand, center: torchvision's, for ported code: only BILINEAR (not
-            torchvision's NEAREST default), ``expand=False`` and ``center=None``.
+        interpolation, expand: torchvision's, for ported code: only BILINEAR (not torchvision's
+            NEAREST default) and ``expand=False``.
+        center: ``(x, y)`` in pixels from the top left corner of the image being rotated (what
+            the ops before it give), as torchvision's; ``None``: its center.
         fill: a number, or one number per channel, in the [0, 1] range of the images.
 
     Params: ``angle``: ``(B,)`` float32 degrees.
@@ -444,9 +446,16 @@ class RandomRotation(GeometricOp):
         super().__init__()
         # torchvision's default is NEAREST; gpuaug rotates bilinearly (see the README's differences).
         check_bilinear(interpolation, "RandomRotation")
-        if expand or center is not None:
-            raise ValueError(f"RandomRotation turns about the image center and keeps its size: expand=True and "
-                             f"center are not supported (got expand={expand!r}, center={center!r})")
+        if expand:
+            raise ValueError("RandomRotation keeps the image size: expand=True is not supported")
+        if center is not None:  # torchvision's checks
+            if not isinstance(center, Sequence) or isinstance(center, str):
+                raise TypeError(f"center should be a sequence of length 2, got {type(center).__name__}")
+            if len(center) != 2 or not all(isinstance(c, numbers.Real) and not isinstance(c, bool)
+                                           and math.isfinite(c) for c in center):
+                raise ValueError(f"center should be a sequence of two finite numbers (x, y), got {center!r}")
+            center = (float(center[0]), float(center[1]))
+        self.center = center
         if isinstance(degrees, numbers.Number):
             if degrees < 0:
                 raise ValueError("If degrees is a single number, it must be positive.")
@@ -462,10 +471,11 @@ class RandomRotation(GeometricOp):
         self.fill = parse_fill(fill)
 
     def extra_repr(self) -> str:
-        return f"degrees={self.degrees}, fill={self.fill}"
+        center = "" if self.center is None else f", center={self.center}"
+        return f"degrees={self.degrees}{center}, fill={self.fill}"
 
     def make_params(self, draw: Draw) -> Params:
         return {"angle": draw.uniform(*self.degrees)}
 
     def matrix(self, params: Params, size: tuple[int, int]) -> Tensor:
-        return rotation_matrix(params["angle"], *size)
+        return rotation_matrix(params["angle"], *size, self.center)
