@@ -25,13 +25,15 @@ def _ops(rng: random.Random) -> list:
         ops.append(rng.choice([
             lambda: ga.RandomResizedCrop(size, scale=(rng.uniform(0.01, 0.5), 1.0)),
             lambda: ga.Resize(size if rng.random() < 0.5 else size[0]),
+            lambda: ga.Resize(size[0], max_size=size[0] + rng.randint(1, 10)),
             lambda: ga.CenterCrop(size),
             lambda: ga.RandomCrop(size, padding=rng.randint(0, 5), pad_if_needed=True),
             lambda: ga.RandomHorizontalFlip(),
             lambda: ga.RandomVerticalFlip(),
         ])())
     if rng.random() < 0.5:
-        ops.append(ga.RandomRotation(rng.uniform(0, 180), fill=rng.choice([0, 0.5])))
+        center = rng.choice([None, (rng.uniform(-10, 50), rng.uniform(-10, 50))])
+        ops.append(ga.RandomRotation(rng.uniform(0, 180), center=center, fill=rng.choice([0, 0.5])))
         if rng.random() < 0.3:
             ops.append(ga.RandomHorizontalFlip())
         if rng.random() < 0.3:
