@@ -8,7 +8,8 @@ it does not launch kernels. A list crosses from a worker as one shared-memory se
 (plus a file descriptor each), is pinned image by image and copied image by image; packed, it is
 one of each. Workers get ahead (the loop sleeps), then the time of ``next()`` on batches already
 waiting is taken (the handoff alone, not the workers' work), and the time of dropping it (its
-shared memory unmapped and freed: paid by the main process once per batch too). Both collates run
+shared memory unmapped, and freed unless a worker reuses it: ``ga.data.collate``'s batches, see
+gpuaug/worker_memory.py). Both collates run
 in this one process, alternating; medians over every batch timed.
 """
 

@@ -6,7 +6,7 @@ crops, resizes, rotates, flips and color-jitters every sample with its own rando
 
 from .cpu import keep_freed_memory
 from .device import select_device
-from . import data
+from . import data, worker_memory
 from .data import DecodeError, DeviceLoader
 from .packed import PackedImages
 from .pipeline import Pipeline

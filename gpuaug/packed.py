@@ -16,6 +16,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from . import worker_memory
+
 
 class PackedTensors(Sequence):
     """Tensors of one dtype and different shapes, stored back to back (each C-contiguous) in one
@@ -56,7 +58,7 @@ class PackedTensors(Sequence):
             if t.dtype != tensors[0].dtype or t.device != tensors[0].device:
                 raise ValueError(f"expected tensors of one dtype and device to pack: item 0 is {tensors[0].dtype} "
                                  f"on {tensors[0].device}, item {i} is {t.dtype} on {t.device}")
-        out = worker_output(tensors[0], sum(t.numel() for t in tensors))
+        out = worker_memory.output(tensors[0], sum(t.numel() for t in tensors))
         return torch.cat([t.reshape(-1) for t in tensors], out=out)
 
     def __len__(self) -> int:
@@ -155,12 +157,3 @@ class PackedImages(PackedTensors):
         if not self.clips:
             return self
         return PackedImages(self.flat, [s[1:] for s in self.shapes for _ in range(s[0])])
-
-
-def worker_output(like: Tensor, numel: int) -> Tensor | None:
-    """In a DataLoader worker, an empty 1-D tensor of ``numel`` elements like ``like`` in shared
-    memory, to collate into (torch's ``default_collate`` does the same); else None."""
-    if torch.utils.data.get_worker_info() is None or like.device.type != "cpu":
-        return None
-    storage = like._typed_storage()._new_shared(numel, device=like.device)
-    return like.new(storage).view(-1)

@@ -8,7 +8,8 @@ from typing import Any, NamedTuple
 import torch
 from torch.utils.data import default_collate
 
-from ..packed import PackedImages, PackedTensors, worker_output
+from .. import worker_memory
+from ..packed import PackedImages, PackedTensors
 from .datasets import BadFile, Encoded
 
 
@@ -56,6 +57,22 @@ class Batch(NamedTuple):
     labels: Any
     bad: list
 
+    def __reduce__(self):
+        # Sent by a worker in one of its reused buffers: the main process watches it, to hand the
+        # buffer back when it is done with it (gpuaug.worker_memory).
+        slot = worker_memory.lent_slot(_buffer(self.images))
+        return (Batch, tuple(self)) if slot is None else (_received, (tuple(self), *slot))
+
+
+def _buffer(images) -> torch.Tensor:
+    return images.flat if isinstance(images, PackedTensors) else images
+
+
+def _received(fields: tuple, flags: torch.Tensor, index: int) -> Batch:
+    batch = Batch(*fields)
+    worker_memory.received(_buffer(batch.images), flags, index)
+    return batch
+
 
 def collate(items) -> Batch:
     """Collate ``(image, label)`` items from the gpuaug datasets; bad files go to ``Batch.bad``.
@@ -77,13 +94,14 @@ def collate(items) -> Batch:
     # Labels as DataLoader's default_collate makes them: ints -> int64 (B,), tensors stacked,
     # dicts and tuples collated per field, strings kept as a list.
     labels = default_collate([y for _, y in good]) if good else torch.empty(0, dtype=torch.int64)
-    if any(isinstance(i, Encoded) for i in images):
-        images = EncodedBatch.pack(images)
-    elif images and all(isinstance(i, torch.Tensor) for i in images):
-        if len({tuple(t.shape) for t in images}) == 1:
-            out = worker_output(images[0], len(images) * images[0].numel())
-            out = None if out is None else out.view(len(images), *images[0].shape)
-            images = torch.stack(images, out=out)
-        elif len({(t.dtype, t.dim()) for t in images}) == 1 and images[0].dim() in (3, 4):  # images or clips
-            images = PackedImages.pack(images)
+    with worker_memory.reusing():
+        if any(isinstance(i, Encoded) for i in images):
+            images = EncodedBatch.pack(images)
+        elif images and all(isinstance(i, torch.Tensor) for i in images):
+            if len({tuple(t.shape) for t in images}) == 1:
+                out = worker_memory.output(images[0], len(images) * images[0].numel())
+                out = None if out is None else out.view(len(images), *images[0].shape)
+                images = torch.stack(images, out=out)
+            elif len({(t.dtype, t.dim()) for t in images}) == 1 and images[0].dim() in (3, 4):  # images or clips
+                images = PackedImages.pack(images)
     return Batch(images, labels, bad)

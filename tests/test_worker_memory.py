@@ -1,0 +1,132 @@
+"""DataLoader workers reuse their shared memory (gpuaug.worker_memory): a buffer goes back to its
+worker only when the main process holds nothing on it, so a batch (or a view of one) that the main
+process keeps is never written over; with every buffer lent, the worker makes fresh ones."""
+
+import multiprocessing
+import types
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+import gpuaug as ga
+from gpuaug import worker_memory
+from gpuaug.data import collate
+
+
+class Numbered(Dataset):
+    """Item ``i``: a uint8 image filled with ``i % 251`` (ragged sizes unless ``same_size``)."""
+
+    def __init__(self, n: int, same_size: bool):
+        self.n, self.same_size = n, same_size
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        h, w = (20, 30) if self.same_size else (20 + i % 7, 30 + i % 5)
+        return torch.full((3, h, w), i % 251, dtype=torch.uint8), i
+
+
+def _intact(images, labels) -> bool:
+    return all(bool((img == int(y) % 251).all()) for img, y in zip(images, labels))
+
+
+@pytest.mark.parametrize("same_size", [False, True], ids=["packed", "stacked"])
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_batches_and_views_the_main_process_keeps_are_never_overwritten(monkeypatch, same_size, method):
+    if method not in multiprocessing.get_all_start_methods():
+        pytest.skip(f"{method} not available here")
+    seen, flags_kept = [], []  # (worker's flags, slot) of every batch that came in a reused buffer
+    received = worker_memory.received
+
+    def record(t, flags, i):
+        flags_kept.append(flags)  # kept mapped: one address per worker
+        seen.append((flags.data_ptr(), i))
+        received(t, flags, i)
+
+    monkeypatch.setattr(worker_memory, "received", record)
+    # This process lends buffers of its own first (as if it were a worker): forked workers inherit
+    # them and must make their own, not lend the same ones.
+    for name, value in (("_slots", []), ("_flags", None), ("_pid", None)):
+        monkeypatch.setattr(worker_memory, name, value)
+    with monkeypatch.context() as m:
+        m.setattr(torch.utils.data, "get_worker_info", lambda: types.SimpleNamespace(id=0))
+        inherited = [collate([Numbered(9, same_size)[i] for i in range(4)]) for _ in range(3)]
+    assert len(worker_memory._slots) == 3
+    loader = DataLoader(Numbered(8 * 60, same_size), batch_size=8, num_workers=2, collate_fn=collate,
+                        multiprocessing_context=multiprocessing.get_context(method))
+    kept_batches, kept_views = [], []
+    for k, batch in enumerate(loader):
+        assert _intact(batch.images, batch.labels), k
+        if k % 9 == 0:
+            kept_batches.append(batch)
+        elif k % 9 == 4:
+            kept_views.append((batch.images[2], batch.labels[2:3]))  # a view into the batch's buffer
+    assert all(_intact(b.images, b.labels) for b in kept_batches)
+    assert all(_intact([img], y) for img, y in kept_views)
+    # Buffers were reused (60 batches, at most 6 buffers a worker), and none lent twice at once.
+    assert len(seen) >= 40 and len(set(seen)) <= 2 * worker_memory.MAX_SLOTS
+
+
+@pytest.fixture
+def in_a_worker(monkeypatch):
+    """This process as a DataLoader worker, with no buffers yet."""
+    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: types.SimpleNamespace(id=0))
+    monkeypatch.setattr(worker_memory, "_slots", [])
+    monkeypatch.setattr(worker_memory, "_flags", None)
+    monkeypatch.setattr(worker_memory, "_pid", None)
+    monkeypatch.setattr(worker_memory, "_lent", [])
+
+
+def test_a_buffer_is_lent_until_the_main_process_lets_go(in_a_worker):
+    # One process plays both sides: the main process's own mapping of a buffer is a tensor of its own.
+    like = torch.empty(0, dtype=torch.uint8)
+    with worker_memory.reusing():
+        first = worker_memory.output(like, 1000)
+    assert first.is_shared() and first.numel() == 1000
+    flags, index = worker_memory.lent_slot(first)
+    received_first = torch.zeros(1000, dtype=torch.uint8)
+    worker_memory.received(received_first, flags, index)
+    with worker_memory.reusing():
+        second = worker_memory.output(like, 1000)
+    assert second.data_ptr() != first.data_ptr()  # the first is still lent: the main process holds it
+    held_view = received_first[10:]
+    del received_first
+    worker_memory.received(torch.zeros(1), *worker_memory.lent_slot(second))  # looks again: a view holds it
+    assert int(flags[index]) == 1
+    del held_view
+    worker_memory.received(torch.zeros(1), *worker_memory.lent_slot(second))  # looks again: it died
+    assert int(flags[index]) == 0
+    with worker_memory.reusing():
+        third = worker_memory.output(torch.empty(0, dtype=torch.float32), 200)  # any dtype, in the freed buffer
+    assert third.dtype == torch.float32 and third.data_ptr() == first.data_ptr()
+
+
+def test_all_buffers_lent_gives_fresh_memory_and_a_failed_batch_gives_its_buffer_back(in_a_worker):
+    like = torch.empty(0, dtype=torch.uint8)
+    with worker_memory.reusing():
+        lent = [worker_memory.output(like, 100) for _ in range(worker_memory.MAX_SLOTS)]
+        fresh = worker_memory.output(like, 100)
+    assert all(worker_memory.lent_slot(t) is not None for t in lent)
+    assert fresh.is_shared() and worker_memory.lent_slot(fresh) is None
+    worker_memory._flags[0] = 0  # one comes back
+    with pytest.raises(RuntimeError), worker_memory.reusing():
+        failed = worker_memory.output(like, 100)
+        assert failed.data_ptr() == lent[0].data_ptr()
+        raise RuntimeError("collate failed after taking a buffer")
+    assert int(worker_memory._flags[0]) == 0
+    # Bigger than every free buffer: one is replaced by a larger one.
+    with worker_memory.reusing():
+        big = worker_memory.output(like, 10**6)
+    assert big.untyped_storage().nbytes() >= 10**6 and worker_memory.lent_slot(big)[1] == 0
+
+
+def test_outside_collate_or_a_worker_nothing_is_lent(in_a_worker, monkeypatch):
+    like = torch.empty(0, dtype=torch.uint8)
+    assert worker_memory.lent_slot(worker_memory.output(like, 100)) is None  # not within reusing()
+    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: None)
+    with worker_memory.reusing():
+        assert worker_memory.output(like, 100) is None
+    packed = ga.PackedImages.pack([torch.zeros(3, 2, 2, dtype=torch.uint8), torch.zeros(3, 3, 2, dtype=torch.uint8)])
+    assert not packed.flat.is_shared()
