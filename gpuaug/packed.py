@@ -102,6 +102,8 @@ class PackedTensors(Sequence):
         return packed
 
     def __reduce__(self):
+        # Pickled in the main process, perhaps for another one: its worker must not reuse the buffer.
+        worker_memory.given_away(self.flat)
         return _restore, (type(self), self.__dict__)  # one tensor between processes, not one per item
 
     def __repr__(self) -> str:

@@ -8,7 +8,9 @@ process, the one that drives the GPU, under the GIL. Here each worker keeps up t
 :func:`gpuaug.data.collate`'s and comes back only when the main process holds no tensor on it:
 the main process keeps a weak reference to each storage it received and, when one has died,
 clears that slot's flag in memory it shares with the worker. With every slot lent, a worker makes
-a fresh buffer, as before.
+a fresh buffer, as before. A batch the main process pickles (a ``Batch`` or ``PackedImages`` sent
+on to another process, which may read it after this one let go) is given away: its worker forgets
+that slot. A bare tensor of a batch sent on is not seen (the README says to clone it).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import torch
 from torch import Tensor
 from torch.multiprocessing.reductions import StorageWeakRef
 
+FREE, LENT, GIVEN_AWAY = 0, 1, 2  # a slot's flag
 MAX_SLOTS = 6  # per worker: torch's default prefetching (2) + the batch in use + a batch's lag in coming back
 _PAGE = 4096
 
@@ -49,7 +52,7 @@ def reusing():
         yield
     except BaseException:
         for i in _taken:
-            _flags[i] = 0
+            _flags[i] = FREE
         raise
     finally:
         _reusing = False
@@ -72,8 +75,13 @@ def _take_slot(nbytes: int) -> torch.UntypedStorage | None:
     global _slots, _flags, _pid
     if _flags is None or _pid != os.getpid():
         _slots, _flags, _pid = [], torch.zeros(MAX_SLOTS, dtype=torch.int32).share_memory_(), os.getpid()
-    free = [i for i, lent in enumerate(_flags.tolist()[:len(_slots)]) if not lent]
-    fits = [i for i in free if _slots[i].nbytes() >= nbytes]
+    flags = _flags.tolist()[:len(_slots)]
+    for i, flag in enumerate(flags):
+        if flag == GIVEN_AWAY:  # another process may read it: forget it, never write it again
+            _slots[i], flags[i] = None, FREE
+            _flags[i] = FREE
+    free = [i for i, flag in enumerate(flags) if flag == FREE]
+    fits = [i for i in free if _slots[i] is not None and _slots[i].nbytes() >= nbytes]
     # A batch bigger than every free slot replaces one (ragged batches vary: room for 25% more);
     # a new slot only when none is free, so a worker keeps about as many as it has batches out.
     size = max(-(-(nbytes + nbytes // 4) // _PAGE), 1) * _PAGE
@@ -82,12 +90,12 @@ def _take_slot(nbytes: int) -> torch.UntypedStorage | None:
     elif free:
         i = free[0]
         _slots[i] = torch.UntypedStorage._new_shared(size)
-    elif len(_slots) < MAX_SLOTS:
+    elif len(_slots) < min(MAX_SLOTS, len(_flags)):  # MAX_SLOTS as it was when the flags were made, at most
         i = len(_slots)
         _slots.append(torch.UntypedStorage._new_shared(size))
     else:
         return None
-    _flags[i] = 1
+    _flags[i] = LENT
     _taken.append(i)
     return _slots[i]
 
@@ -97,7 +105,8 @@ def lent_slot(t: Tensor) -> tuple[Tensor, int] | None:
     if not isinstance(t, Tensor) or torch.utils.data.get_worker_info() is None or _flags is None or _pid != os.getpid():
         return None
     ptr = t.untyped_storage().data_ptr()
-    return next(((_flags, i) for i, s in enumerate(_slots) if s.data_ptr() == ptr and int(_flags[i])), None)
+    return next(((_flags, i) for i, s in enumerate(_slots)
+                 if s is not None and s.data_ptr() == ptr and int(_flags[i]) == LENT), None)
 
 
 def received(t: Tensor, flags: Tensor, index: int) -> None:
@@ -107,8 +116,23 @@ def received(t: Tensor, flags: Tensor, index: int) -> None:
         alive = []
         for ref, f, i in _lent:
             if ref.expired():
-                f[i] = 0
+                f[i] = FREE
             else:
                 alive.append((ref, f, i))
         alive.append((StorageWeakRef(t.untyped_storage()), flags, index))
         _lent[:] = alive
+
+
+def given_away(t: Tensor) -> None:
+    """In the main process: ``t`` (what it received) is being pickled, perhaps for another
+    process, which would read the buffer after this one drops it: its worker must never reuse it.
+    (gpuaug's batch types call this; a bare tensor of a batch sent on is not seen: clone it.)"""
+    if not isinstance(t, Tensor) or not _lent:
+        return
+    impl = t.untyped_storage()._cdata
+    with _lent_lock:
+        for k, (ref, f, i) in enumerate(_lent):
+            if ref.cdata == impl:
+                f[i] = GIVEN_AWAY
+                del _lent[k]
+                return

@@ -69,6 +69,38 @@ def test_batches_and_views_the_main_process_keeps_are_never_overwritten(monkeypa
     assert len(seen) >= 40 and len(set(seen)) <= 2 * worker_memory.MAX_SLOTS
 
 
+def _read_later(batches, go, result):
+    sent, labels = batches.get()
+    images = sent.images if hasattr(sent, "images") else sent
+    go.wait()
+    result.put(_intact(images, labels))
+
+
+@pytest.mark.parametrize("same_size, sent", [(False, "batch"), (True, "batch"), (False, "images")],
+                         ids=["packed batch", "stacked batch", "PackedImages"])
+def test_a_batch_sent_on_to_another_process_is_never_written_over(same_size, sent):
+    """The main process sends a batch on and drops it; the other process reads it later. The
+    buffer must not go back to its worker: it would write over what the other process reads."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("fork not available here")
+    context = multiprocessing.get_context("fork")
+    batches, go, result = context.Queue(), context.Event(), context.Queue()
+    reader = context.Process(target=_read_later, args=(batches, go, result))
+    reader.start()
+    try:
+        loader = DataLoader(Numbered(8 * 40, same_size), batch_size=8, num_workers=1, collate_fn=collate,
+                            multiprocessing_context=context)
+        for k, batch in enumerate(loader):
+            if k == 3:
+                batches.put((batch, batch.labels.tolist()) if sent == "batch" else (batch.images, batch.labels.tolist()))
+        go.set()
+        assert result.get(timeout=60)
+    finally:
+        reader.join(timeout=60)
+        if reader.is_alive():
+            reader.kill()
+
+
 @pytest.fixture
 def in_a_worker(monkeypatch):
     """This process as a DataLoader worker, with no buffers yet."""

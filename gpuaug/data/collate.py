@@ -59,9 +59,14 @@ class Batch(NamedTuple):
 
     def __reduce__(self):
         # Sent by a worker in one of its reused buffers: the main process watches it, to hand the
-        # buffer back when it is done with it (gpuaug.worker_memory).
-        slot = worker_memory.lent_slot(_buffer(self.images))
-        return (Batch, tuple(self)) if slot is None else (_received, (tuple(self), *slot))
+        # buffer back when it is done with it; sent on by the main process: never handed back
+        # (gpuaug.worker_memory).
+        buffer = _buffer(self.images)
+        slot = worker_memory.lent_slot(buffer)
+        if slot is None:
+            worker_memory.given_away(buffer)
+            return (Batch, tuple(self))
+        return (_received, (tuple(self), *slot))
 
 
 def _buffer(images) -> torch.Tensor:
