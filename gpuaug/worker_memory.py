@@ -36,9 +36,18 @@ _pid: int | None = None
 _reusing = False
 _taken: list[int] = []  # slots taken within the current reusing() block
 
-# Main side: (weak reference to a received slot's storage, that worker's flags, slot index).
+# Main side: (weak reference to a received slot's storage, that worker's flags, slot index), of
+# process ``_lent_pid`` (a forked child does not hold what its parent received).
 _lent: list[tuple[StorageWeakRef, Tensor, int]] = []
+_lent_pid: int | None = None
 _lent_lock = threading.Lock()
+
+
+def _own_lent() -> list[tuple[StorageWeakRef, Tensor, int]]:
+    global _lent, _lent_pid
+    if _lent_pid != os.getpid():
+        _lent, _lent_pid = [], os.getpid()
+    return _lent
 
 
 @contextmanager
@@ -113,14 +122,15 @@ def received(t: Tensor, flags: Tensor, index: int) -> None:
     """In the main process: ``t`` (just unpickled) lies in slot ``index`` of the worker whose flags
     are ``flags``. Slots whose storages have died since are handed back."""
     with _lent_lock:
+        lent = _own_lent()
         alive = []
-        for ref, f, i in _lent:
+        for ref, f, i in lent:
             if ref.expired():
                 f[i] = FREE
             else:
                 alive.append((ref, f, i))
         alive.append((StorageWeakRef(t.untyped_storage()), flags, index))
-        _lent[:] = alive
+        lent[:] = alive
 
 
 def given_away(t: Tensor) -> None:
@@ -131,8 +141,9 @@ def given_away(t: Tensor) -> None:
         return
     impl = t.untyped_storage()._cdata
     with _lent_lock:
-        for k, (ref, f, i) in enumerate(_lent):
-            if ref.cdata == impl:
+        lent = _own_lent()
+        for k, (ref, f, i) in enumerate(lent):
+            if ref.cdata == impl and not ref.expired():
                 f[i] = GIVEN_AWAY
-                del _lent[k]
+                del lent[k]
                 return

@@ -101,6 +101,29 @@ def test_a_batch_sent_on_to_another_process_is_never_written_over(same_size, sen
             reader.kill()
 
 
+def _drop_and_look(held):
+    held.clear()  # this child's copies of the parent's batch die here...
+    worker_memory.received(torch.zeros(1), torch.zeros(1, dtype=torch.int32), 0)  # ...and it looks
+
+
+def test_a_forked_child_does_not_hand_back_what_its_parent_holds():
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("fork not available here")
+    context = multiprocessing.get_context("fork")
+    loader = DataLoader(Numbered(8 * 40, False), batch_size=8, num_workers=1, collate_fn=collate,
+                        multiprocessing_context=context)
+    batches = iter(loader)
+    next(batches), next(batches)
+    held = [next(batches)]  # the one reference
+    child = context.Process(target=_drop_and_look, args=(held,))
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    for _ in batches:  # the worker fills its buffers 37 more times
+        pass
+    assert _intact(held[0].images, held[0].labels)
+
+
 @pytest.fixture
 def in_a_worker(monkeypatch):
     """This process as a DataLoader worker, with no buffers yet."""
