@@ -24,7 +24,16 @@ from torch import Tensor
 from torch.multiprocessing.reductions import StorageWeakRef
 
 FREE, LENT, GIVEN_AWAY = 0, 1, 2  # a slot's flag
-MAX_SLOTS = 6  # per worker: torch's default prefetching (2) + the batch in use + a batch's lag in coming back
+# Per worker: torch's default prefetching (2) + the batch in use + a batch's lag in coming back.
+# GPUAUG_WORKER_SLOTS=0 (inherited by workers of any start method) makes a fresh buffer per batch.
+def _slots_setting() -> int:
+    value = os.environ.get("GPUAUG_WORKER_SLOTS", "6")
+    if not value.strip().isdigit():
+        raise ValueError(f"GPUAUG_WORKER_SLOTS must be a whole number >= 0 (buffers per worker), got {value!r}")
+    return int(value)
+
+
+MAX_SLOTS = _slots_setting()
 _PAGE = 4096
 
 # Worker side (each worker process has its own): the slots, and their flags in shared memory
@@ -91,9 +100,10 @@ def _take_slot(nbytes: int) -> torch.UntypedStorage | None:
             _flags[i] = FREE
     free = [i for i, flag in enumerate(flags) if flag == FREE]
     fits = [i for i in free if _slots[i] is not None and _slots[i].nbytes() >= nbytes]
-    # A batch bigger than every free slot replaces one (ragged batches vary: room for 25% more);
-    # a new slot only when none is free, so a worker keeps about as many as it has batches out.
-    size = max(-(-(nbytes + nbytes // 4) // _PAGE), 1) * _PAGE
+    # A batch bigger than every free slot replaces one (a ragged batch's size varies by a few
+    # percent: room for 1/16 more); a new slot only when none is free, so a worker keeps about as
+    # many as it has batches out.
+    size = max(-(-(nbytes + nbytes // 16) // _PAGE), 1) * _PAGE
     if fits:
         i = min(fits, key=lambda i: _slots[i].nbytes())
     elif free:

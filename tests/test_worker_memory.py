@@ -3,6 +3,9 @@ worker only when the main process holds nothing on it, so a batch (or a view of 
 process keeps is never written over; with every buffer lent, the worker makes fresh ones."""
 
 import multiprocessing
+import os
+import subprocess
+import sys
 import types
 
 import pytest
@@ -185,3 +188,22 @@ def test_outside_collate_or_a_worker_nothing_is_lent(in_a_worker, monkeypatch):
         assert worker_memory.output(like, 100) is None
     packed = ga.PackedImages.pack([torch.zeros(3, 2, 2, dtype=torch.uint8), torch.zeros(3, 3, 2, dtype=torch.uint8)])
     assert not packed.flat.is_shared()
+
+
+def test_no_slots_means_a_fresh_buffer_per_batch(monkeypatch):
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("fork not available here")
+    monkeypatch.setattr(worker_memory, "MAX_SLOTS", 0)  # forked workers inherit it
+    seen = []
+    monkeypatch.setattr(worker_memory, "received", lambda *args: seen.append(args))
+    loader = DataLoader(Numbered(8 * 6, False), batch_size=8, num_workers=1, collate_fn=collate,
+                        multiprocessing_context=multiprocessing.get_context("fork"))
+    assert all(_intact(b.images, b.labels) for b in loader) and not seen
+
+
+@pytest.mark.parametrize("value, expected", [("0", "0"), ("3", "3"), ("x", "ValueError: GPUAUG_WORKER_SLOTS must be")])
+def test_the_number_of_slots_comes_from_the_environment(value, expected):
+    env = {**os.environ, "GPUAUG_WORKER_SLOTS": value}
+    run = subprocess.run([sys.executable, "-c", "import gpuaug; print(gpuaug.worker_memory.MAX_SLOTS)"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert expected in run.stdout + run.stderr
