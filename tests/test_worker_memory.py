@@ -14,30 +14,34 @@ from torch.utils.data import DataLoader, Dataset
 
 import gpuaug as ga
 from gpuaug import worker_memory
-from gpuaug.data import collate
+from gpuaug.data import Encoded, collate
 
 
 class Numbered(Dataset):
-    """Item ``i``: a uint8 image filled with ``i % 251`` (ragged sizes unless ``same_size``)."""
+    """Item ``i``: a uint8 image filled with ``i % 251`` (ragged sizes unless ``same_size``), or
+    with ``encoded``, bytes of that value as a ``decode="gpu"`` dataset gives them."""
 
-    def __init__(self, n: int, same_size: bool):
-        self.n, self.same_size = n, same_size
+    def __init__(self, n: int, same_size: bool, encoded: bool = False):
+        self.n, self.same_size, self.encoded = n, same_size, encoded
 
     def __len__(self):
         return self.n
 
     def __getitem__(self, i):
+        if self.encoded:
+            return Encoded(f"{i}.jpg", torch.full((100 + i % 9,), i % 251, dtype=torch.uint8)), i
         h, w = (20, 30) if self.same_size else (20 + i % 7, 30 + i % 5)
         return torch.full((3, h, w), i % 251, dtype=torch.uint8), i
 
 
 def _intact(images, labels) -> bool:
-    return all(bool((img == int(y) % 251).all()) for img, y in zip(images, labels))
+    return all(bool((getattr(img, "data", img) == int(y) % 251).all()) for img, y in zip(images, labels))
 
 
-@pytest.mark.parametrize("same_size", [False, True], ids=["packed", "stacked"])
+@pytest.mark.parametrize("same_size, encoded", [(False, False), (True, False), (False, True)],
+                         ids=["packed", "stacked", "JPEG bytes"])
 @pytest.mark.parametrize("method", ["fork", "spawn"])
-def test_batches_and_views_the_main_process_keeps_are_never_overwritten(monkeypatch, same_size, method):
+def test_batches_and_views_the_main_process_keeps_are_never_overwritten(monkeypatch, same_size, encoded, method):
     if method not in multiprocessing.get_all_start_methods():
         pytest.skip(f"{method} not available here")
     seen, flags_kept = [], []  # (worker's flags, slot) of every batch that came in a reused buffer
@@ -55,9 +59,9 @@ def test_batches_and_views_the_main_process_keeps_are_never_overwritten(monkeypa
         monkeypatch.setattr(worker_memory, name, value)
     with monkeypatch.context() as m:
         m.setattr(torch.utils.data, "get_worker_info", lambda: types.SimpleNamespace(id=0))
-        inherited = [collate([Numbered(9, same_size)[i] for i in range(4)]) for _ in range(3)]
+        inherited = [collate([Numbered(9, same_size, encoded)[i] for i in range(4)]) for _ in range(3)]
     assert len(worker_memory._slots) == 3
-    loader = DataLoader(Numbered(8 * 60, same_size), batch_size=8, num_workers=2, collate_fn=collate,
+    loader = DataLoader(Numbered(8 * 60, same_size, encoded), batch_size=8, num_workers=2, collate_fn=collate,
                         multiprocessing_context=multiprocessing.get_context(method))
     kept_batches, kept_views = [], []
     for k, batch in enumerate(loader):
