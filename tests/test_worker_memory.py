@@ -211,3 +211,22 @@ def test_the_number_of_slots_comes_from_the_environment(value, expected):
     run = subprocess.run([sys.executable, "-c", "import gpuaug; print(gpuaug.worker_memory.MAX_SLOTS)"],
                          env=env, capture_output=True, text=True, timeout=120)
     assert expected in run.stdout + run.stderr
+
+
+def test_the_file_system_sharing_strategy_too():
+    """torch's other way to share memory (named files; macOS's only one)."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("fork not available here")
+    before = torch.multiprocessing.get_sharing_strategy()
+    torch.multiprocessing.set_sharing_strategy("file_system")
+    try:
+        loader = DataLoader(Numbered(8 * 30, False), batch_size=8, num_workers=2, collate_fn=collate,
+                            multiprocessing_context=multiprocessing.get_context("fork"))
+        kept = []
+        for k, batch in enumerate(loader):
+            assert _intact(batch.images, batch.labels), k
+            if k % 7 == 0:
+                kept.append(batch)
+        assert all(_intact(b.images, b.labels) for b in kept)
+    finally:
+        torch.multiprocessing.set_sharing_strategy(before)
