@@ -175,7 +175,7 @@ if triton is not None:
 
     @triton.jit
     def _warp_kernel(src, out, matrix, fill, H, W, stride_n, stride_c, stride_h, stride_w,
-                     CHANNELS: tl.constexpr, FILL: tl.constexpr, BLOCK: tl.constexpr):
+                     CHANNELS: tl.constexpr, FILL: tl.constexpr, BLEND: tl.constexpr, BLOCK: tl.constexpr):
         """Grid ``(tiles, B)``: bilinear samples of one tile of sample n's output, as
         ``grid_sample(align_corners=False, padding_mode="zeros")`` at the coordinates its matrix
         gives, then torchvision's fill rule; ``src`` read through its strides (any layout)."""
@@ -212,7 +212,7 @@ if triton is not None:
             if FILL:
                 f = tl.load(fill + c)
                 value = (value - f) * cover + f
-            else:
+            elif BLEND:
                 value = value * cover
             tl.store(target + c * H * W + offs, value.to(out.dtype.element_ty), mask=mask)
 
@@ -354,11 +354,12 @@ def color_program(x: Tensor, out: Tensor, ops: Tensor, factors: Tensor, mean: Te
     return out
 
 
-def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor | None = None) -> Tensor:
+def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor | None = None, blend: bool = True) -> Tensor:
     """:func:`gpuaug.functional.geometry.warp_affine` as one kernel: bilinear warp of ``(B, C, H, W)``
     float images (any strides) by ``(B, 3, 3)`` output->input matrices in normalized coordinates,
-    uncovered area -> ``fill`` (``(C,)`` or None for 0) by torchvision's rule. Coordinates and
-    sampling in float32; returns a contiguous tensor of ``x``'s shape and dtype."""
+    uncovered area -> ``fill`` (``(C,)`` or None for 0) by torchvision's rule (none with ``blend``
+    False and no fill). Coordinates and sampling in float32; returns a contiguous tensor of ``x``'s
+    shape and dtype."""
     _require_triton()
     if x.dim() != 4 or x.shape[1] not in (1, 3) or not x.is_floating_point():
         raise ValueError(f"expected float images (B, C, H, W) with C in {{1, 3}}, got {x.dtype} {tuple(x.shape)}")
@@ -371,7 +372,8 @@ def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor | None = None) -> Tensor
     matrix = matrix.to(x.device, torch.float32).contiguous()
     fill_arg = fill.to(x.device, torch.float32).contiguous() if fill is not None else matrix
     _warp_kernel[(triton.cdiv(H * W, GEOMETRY_BLOCK), B)](x, out, matrix, fill_arg, H, W, *x.stride(),
-                                                          CHANNELS=C, FILL=fill is not None, BLOCK=GEOMETRY_BLOCK)
+                                                          CHANNELS=C, FILL=fill is not None, BLEND=bool(blend),
+                                                          BLOCK=GEOMETRY_BLOCK)
     return out
 
 

@@ -297,7 +297,7 @@ class Pipeline(nn.Module):
         uint8 kernel, see ``_geometry``),
         else as filter taps (:func:`_filter_taps`)."""
         plan = {"resample": None, "axes": None, "rows": None, "cols": None, "boxes": None, "single": None, "size": None,
-                "warp": None, "fill": None, "pad_fill": None, "final_crop": None, "kernels": kernels}
+                "warp": None, "fill": None, "blend": True, "pad_fill": None, "final_crop": None, "kernels": kernels}
         s = sizes
         if self._resample_at or sizes.uniform is None:
             axes = AxisMap(sizes.pairs(n, self.device))
@@ -357,8 +357,8 @@ class Pipeline(nn.Module):
                 matrix = m if matrix is None else matrix @ m
             plan["warp"] = matrix
             fill = next(self.ops[i].fill for i in self._warp_at if isinstance(self.ops[i], RandomRotation))
-            values = _fill_values("RandomRotation", fill, channels, self.device)
-            plan["fill"] = values if any(fill) else None
+            plan["blend"] = fill is not None
+            plan["fill"] = _fill_values("RandomRotation", fill, channels, self.device) if fill and any(fill) else None
         if self._final_crop_at:  # one window (top, left, h, w) of the warped image, host-side
             top = left = 0
             size = s.uniform
@@ -432,8 +432,9 @@ class Pipeline(nn.Module):
             x = x.add_((1 - read).to(x.dtype) * fill.to(x.dtype).view(1, -1, 1, 1))
         if warp is not None:
             kernels = plan["kernels"]
-            warped = kernels.guarded(kernels.warp_affine, x, warp, plan["fill"]) if kernels is not None else None
-            x = warped if warped is not None else warp_affine(x, warp, plan["fill"])
+            warped = (kernels.guarded(kernels.warp_affine, x, warp, plan["fill"], plan["blend"])
+                      if kernels is not None else None)
+            x = warped if warped is not None else warp_affine(x, warp, plan["fill"], plan["blend"])
         if plan["final_crop"] is not None:
             x = crop_or_pad(x, *plan["final_crop"])
         return x.contiguous()

@@ -287,15 +287,6 @@ def test_to_and_half_set_the_dtype_and_keep_buffers_float32():
     assert torch.equal(model[0](x), ga.Pipeline(*ops(), device="cpu", seed=3)(x))
 
 
-def test_rotation_fill_none_is_refused_not_taken_for_zero(small_photos):
-    """torchvision's fill=None skips its fill blend: boundary pixels differ from fill=0 by ~50/255."""
-    x = to_float(small_photos[0])
-    kw = dict(interpolation=v2.InterpolationMode.BILINEAR)
-    assert (v2.functional.rotate(x, 30.0, fill=None, **kw) - v2.functional.rotate(x, 30.0, fill=0, **kw)).abs().max() > 0.1
-    with pytest.raises(TypeError, match="fill=None"):
-        ga.RandomRotation(10, fill=None)
-
-
 def test_torchvision_keyword_arguments_with_their_supported_values():
     """Code ported from torchvision that names BILINEAR (and the other defaults) builds the same op."""
     bilinear = v2.InterpolationMode.BILINEAR

@@ -228,14 +228,15 @@ def _matrices(n: int, h: int, w: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-@pytest.mark.parametrize("channels,fill", [(3, None), (3, (0.2, 0.5, 1.0)), (1, (0.7,))])
-def test_warp_matches_the_torch_warp(kernel, dtype, channels, fill):
+@pytest.mark.parametrize("channels,fill,blend", [(3, None, True), (3, None, False), (3, (0.2, 0.5, 1.0), True),
+                                                 (1, (0.7,), True), (1, None, False)])
+def test_warp_matches_the_torch_warp(kernel, dtype, channels, fill, blend):
     x = torch.rand(5, channels, 37, 52, generator=torch.Generator().manual_seed(6))
     m = _matrices(5, 37, 52)
     fill_t = None if fill is None else torch.tensor(fill)
-    out = kernel.warp_affine(x.to(dtype), m, fill_t)
+    out = kernel.warp_affine(x.to(dtype), m, fill_t, blend)
     assert out.dtype == dtype and out.shape == x.shape and out.is_contiguous()
-    ref = gaG.warp_affine(x.to(dtype).float(), m, fill_t)
+    ref = gaG.warp_affine(x.to(dtype).float(), m, fill_t, blend)
     assert (out.float() - ref).abs().max() < (1e-5 if dtype == torch.float32 else 2e-3)
 
 
@@ -293,7 +294,11 @@ def test_kernels_compile_for_the_gpus_we_target(arch):
                 (gpu_kernels._warp_kernel,
                  {**images, "matrix": "*fp32", "fill": "*fp32", "H": "i32", "W": "i32", "stride_n": "i32",
                   "stride_c": "i32", "stride_h": "i32", "stride_w": "i32"},
-                 {"CHANNELS": channels, "FILL": True}),
+                 {"CHANNELS": channels, "FILL": True, "BLEND": True}),
+                (gpu_kernels._warp_kernel,
+                 {**images, "matrix": "*fp32", "fill": "*fp32", "H": "i32", "W": "i32", "stride_n": "i32",
+                  "stride_c": "i32", "stride_h": "i32", "stride_w": "i32"},
+                 {"CHANNELS": channels, "FILL": False, "BLEND": channels == 3}),
             ]
             for fn, signature, constants in kernels:
                 # As given, then with every int argument 1: Triton passes such a value as a

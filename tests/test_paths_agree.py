@@ -33,7 +33,7 @@ def _ops(rng: random.Random) -> list:
         ])())
     if rng.random() < 0.5:
         center = rng.choice([None, (rng.uniform(-10, 50), rng.uniform(-10, 50))])
-        ops.append(ga.RandomRotation(rng.uniform(0, 180), center=center, fill=rng.choice([0, 0.5])))
+        ops.append(ga.RandomRotation(rng.uniform(0, 180), center=center, fill=rng.choice([0, 0.5, None])))
         if rng.random() < 0.3:
             ops.append(ga.RandomHorizontalFlip())
         if rng.random() < 0.3:

@@ -384,6 +384,18 @@ def test_rotation_about_a_center_matches_torchvision(small_photos, kernel_path, 
         assert (out[i] - ref).abs().max() < 1e-3  # the whole image: torchvision's fill rule
 
 
+def test_rotation_fill_none_is_torchvisions_plain_zero_padding(small_photos, kernel_path):
+    """torchvision's fill=None: bilinear sampling with zero padding and no fill rule, which at
+    fill=0 darkens the edge pixels once more; both as torchvision's, and not the same."""
+    x = torch.stack(small_photos)
+    none = ga.Pipeline(ga.RandomRotation((33, 33), fill=None), device="cpu")(x)
+    zero = ga.Pipeline(ga.RandomRotation((33, 33), fill=0), device="cpu")(x)
+    for i in range(len(x)):
+        ref = TF.rotate(x[i], 33.0, interpolation=InterpolationMode.BILINEAR, fill=None)
+        assert (none[i] - ref).abs().max() < 1e-3
+    assert (none - zero).abs().max() > 0.05
+
+
 def test_rotation_fill_per_channel(small_photos, kernel_path):
     x = small_photos[0]
     out = ga.Pipeline(ga.RandomRotation((40, 40), fill=(0.2, 0.5, 0.9)), device="cpu")(x[None])[0]

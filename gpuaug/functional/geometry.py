@@ -238,7 +238,7 @@ def flip_matrix(flip_x: Tensor | None, flip_y: Tensor | None, n: int, device) ->
     return m
 
 
-def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor | None = None) -> Tensor:
+def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor | None = None, blend: bool = True) -> Tensor:
     """Bilinear warp of ``(B, C, H, W)`` float images by ``(B, 3, 3)`` output->input matrices in
     normalized coordinates; the output is contiguous, of the input's shape and dtype (half
     precision inputs are sampled in float32).
@@ -247,7 +247,8 @@ def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor | None = None) -> Tensor
     (``_apply_grid_transform``): ``out = mask * (img - fill) + fill``, ``mask`` being a ones image
     warped the same way. That mask is computed here in closed form rather than sampled: per axis,
     the bilinear weight that lands inside the image is ``clamp(0.5 + W / 2 * (1 - |g|), 0, 1)`` at
-    normalized coordinate ``g``. A transposed input (as :func:`resample_separable` returns) is read
+    normalized coordinate ``g``. With ``blend`` False and no ``fill`` (torchvision's ``fill=None``)
+    there is no such rule: what ``grid_sample`` reads with zero padding. A transposed input (as :func:`resample_separable` returns) is read
     in place by swapping the grid's axes.
     """
     B, C, H, W = x.shape
@@ -269,6 +270,8 @@ def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor | None = None) -> Tensor
     grid[..., 0 if transposed else 1].copy_(gy)
     src = x.transpose(-1, -2) if transposed else x
     out = F.grid_sample(src, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+    if fill is None and not blend:
+        return out.to(out_dtype)
     mask = gx.abs_().mul_(-W / 2).add_(0.5 + W / 2).clamp_(0, 1)
     mask *= gy.abs_().mul_(-H / 2).add_(0.5 + H / 2).clamp_(0, 1)
     mask = mask.unsqueeze(1)

@@ -437,7 +437,9 @@ class RandomRotation(GeometricOp):
             NEAREST default) and ``expand=False``.
         center: ``(x, y)`` in pixels from the top left corner of the image being rotated (what
             the ops before it give), as torchvision's; ``None``: its center.
-        fill: a number, or one number per channel, in the [0, 1] range of the images.
+        fill: a number, or one number per channel, in the [0, 1] range of the images; or
+            ``None``, torchvision's: what bilinear sampling with zero padding reads, without the
+            fill rule (which at ``fill=0`` darkens the edge pixels once more).
 
     Params: ``angle``: ``(B,)`` float32 degrees.
     """
@@ -465,10 +467,8 @@ class RandomRotation(GeometricOp):
         elif len(degrees) != 2:
             raise ValueError("degrees should be a sequence of length 2.")
         self.degrees = check_range(degrees, "degrees")
-        if fill is None:  # torchvision: zero padding without its fill blend, unlike its fill=0 at the edges
-            raise TypeError("fill=None (torchvision's zero padding without its fill blend) is not supported; "
-                            "fill=0, the default, is torchvision's default")
-        self.fill = parse_fill(fill)
+        # None: torchvision's zero padding without its fill rule (darker edge pixels than fill=0).
+        self.fill = None if fill is None else parse_fill(fill)
 
     def extra_repr(self) -> str:
         center = "" if self.center is None else f", center={self.center}"
