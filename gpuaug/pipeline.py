@@ -357,8 +357,11 @@ class Pipeline(nn.Module):
                 matrix = m if matrix is None else matrix @ m
             plan["warp"] = matrix
             fill = next(self.ops[i].fill for i in self._warp_at if isinstance(self.ops[i], RandomRotation))
-            plan["blend"] = fill is not None
-            plan["fill"] = _fill_values("RandomRotation", fill, channels, self.device) if fill and any(fill) else None
+            if fill is None:  # torchvision's fill=None: no fill rule at all
+                plan["blend"] = False
+            else:  # the channel count is checked for a zero fill too
+                values = _fill_values("RandomRotation", fill, channels, self.device)
+                plan["fill"] = values if any(fill) else None
         if self._final_crop_at:  # one window (top, left, h, w) of the warped image, host-side
             top = left = 0
             size = s.uniform

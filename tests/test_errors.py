@@ -210,8 +210,9 @@ def test_ops_are_not_called_alone():
         ga.RandomHorizontalFlip()(torch.zeros(1, 3, 4, 4))
 
 
-def test_rotation_fill_channel_mismatch():
-    p = pipe(ga.RandomRotation(10, fill=(0.1, 0.2)))
+@pytest.mark.parametrize("fill", [(0.1, 0.2), (0, 0)])  # a zero fill is checked too
+def test_rotation_fill_channel_mismatch(fill):
+    p = pipe(ga.RandomRotation(10, fill=fill))
     with pytest.raises(ValueError, match="fill has 2 values, images have 3"):
         p(torch.zeros(1, 3, 8, 8, dtype=torch.uint8))
 

@@ -248,8 +248,8 @@ def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor | None = None, blend: bo
     warped the same way. That mask is computed here in closed form rather than sampled: per axis,
     the bilinear weight that lands inside the image is ``clamp(0.5 + W / 2 * (1 - |g|), 0, 1)`` at
     normalized coordinate ``g``. With ``blend`` False and no ``fill`` (torchvision's ``fill=None``)
-    there is no such rule: what ``grid_sample`` reads with zero padding. A transposed input (as :func:`resample_separable` returns) is read
-    in place by swapping the grid's axes.
+    there is no such rule: what ``grid_sample`` reads with zero padding. A transposed input (as
+    :func:`resample_separable` returns) is read in place by swapping the grid's axes.
     """
     B, C, H, W = x.shape
     out_dtype = x.dtype
