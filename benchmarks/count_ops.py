@@ -48,7 +48,8 @@ class _CountLaunches:
         self.launches += 1
         return torch.empty_like(x)
 
-    def resample_axes(self, x, axes, size, taps, dtype, scale=1.0, antialias=True, pad_mode="constant"):
+    def resample_axes(self, x, axes, size, taps, dtype, scale=1.0, antialias=True, pad_mode="constant",
+                      pad_output=False):
         self.launches += 2
         return torch.empty(x.shape[0], x.shape[1], *size, dtype=dtype)
 

@@ -219,9 +219,23 @@ if triton is not None:
 
 
     @triton.jit
+    def _pad_index(at, lo, hi, PAD: tl.constexpr):
+        """Pixel ``at`` (float, an integer) outside ``[lo, hi)`` -> the pixel torchvision's edge
+        (``PAD`` 1), reflect (2) or symmetric (3) padding copies there
+        (:func:`gpuaug.functional.geometry.pad_index`)."""
+        if PAD == 1:
+            at = tl.minimum(tl.maximum(at, lo), hi - 1.0)
+        elif PAD == 2:
+            at = tl.where(at < lo, 2.0 * lo - at, tl.where(at >= hi, 2.0 * (hi - 1.0) - at, at))
+        else:
+            at = tl.where(at < lo, 2.0 * lo - at - 1.0, tl.where(at >= hi, 2.0 * hi - at - 1.0, at))
+        return at
+
+    @triton.jit
     def _resample_kernel(src, out, axes, table, P, Q, limit, stride_n, stride_c, stride_p, stride_q, scale,
                          CHANNELS: tl.constexpr, TAPS: tl.constexpr, AXIS: tl.constexpr, RAGGED: tl.constexpr,
-                         ANTIALIAS: tl.constexpr, PAD: tl.constexpr, BLOCK: tl.constexpr):
+                         ANTIALIAS: tl.constexpr, PAD: tl.constexpr, PAD_OUTPUT: tl.constexpr,
+                         BLOCK: tl.constexpr):
         """Grid ``(tiles of P*Q, B*C)``: one pass of the separable resampling along ``AXIS``
         (0: rows, 1: columns) -> contiguous ``out[n, c, p, q]``, times ``scale``.
 
@@ -230,7 +244,9 @@ if triton is not None:
         ``ANTIALIAS``, else 1) over the ``TAPS`` pixels from ``floor(center - support)``, those
         outside the window ``[lo, hi)`` weighing 0, normalized, those outside ``[content_lo,
         content_hi)`` reading 0 (padding; ``PAD`` 1, 2, 3: the pixel torchvision's edge, reflect,
-        symmetric padding copies there); outside ``[valid_lo, valid_hi)`` the output is 0.
+        symmetric padding copies there); outside ``[valid_lo, valid_hi)`` the output is 0, or, with
+        ``PAD_OUTPUT`` (a crop that copies pixels after a resize; the content then reads 0 past
+        it), the output pixel inside that ``PAD`` copies there.
         ``axes`` is ``(B, 2, 8)`` float32: per axis ``s, t, lo, hi, valid_lo, valid_hi,
         content_lo, content_hi`` (what :func:`gpuaug.functional.geometry.axis_taps` takes). ``src``
         is read through its strides (any layout, uint8 or float), taps clamped to ``[0, limit)``;
@@ -272,7 +288,10 @@ if triton is not None:
             # row): it loads only taps of non-zero weight, all inside that content.
             column = q.to(tl.float32)
             mask = mask & (column >= tl.load(axes + n * 16 + 14)) & (column < tl.load(axes + n * 16 + 15))
-        center = s * (o.to(tl.float32) + 0.5) + t
+        at_o = o.to(tl.float32)
+        if PAD_OUTPUT:  # a crop after a resize copies output pixels into its padding
+            at_o = _pad_index(at_o, valid_lo, valid_hi, PAD)
+        center = s * (at_o + 0.5) + t
         if ANTIALIAS:
             support = tl.maximum(tl.abs(s), 1.0)
         else:
@@ -284,23 +303,17 @@ if triton is not None:
             at = first + k
             w = tl.maximum(1.0 - tl.abs((at + 0.5 - center) / support), 0.0)
             w = tl.where((at >= lo) & (at < hi), w, 0.0)
-            if PAD == 0:  # padding reads as 0
+            if PAD == 0 or PAD_OUTPUT:  # padding reads as 0
                 read = mask & (w > 0.0) & (at >= content_lo) & (at < content_hi)
-            else:  # padding copies a pixel of the content (gpuaug.functional.geometry.pad_index)
+            else:  # padding copies a pixel of the content
                 read = mask & (w > 0.0)
-                if PAD == 1:
-                    at = tl.minimum(tl.maximum(at, content_lo), content_hi - 1.0)
-                elif PAD == 2:
-                    at = tl.where(at < content_lo, 2.0 * content_lo - at,
-                                  tl.where(at >= content_hi, 2.0 * (content_hi - 1.0) - at, at))
-                else:
-                    at = tl.where(at < content_lo, 2.0 * content_lo - at - 1.0,
-                                  tl.where(at >= content_hi, 2.0 * content_hi - at - 1.0, at))
+                at = _pad_index(at, content_lo, content_hi, PAD)
             row = tl.minimum(tl.maximum(at, 0.0), limit_f - 1.0).to(tl.int64)
             total += w * tl.load(plane + fixed + row * step, mask=read, other=0).to(tl.float32)
             weights += w
-        inside = (o.to(tl.float32) >= valid_lo) & (o.to(tl.float32) < valid_hi)
-        value = tl.where(inside, total / tl.maximum(weights, 1e-12), 0.0) * scale
+        value = total / tl.maximum(weights, 1e-12) * scale
+        if not PAD_OUTPUT:  # padding of a later crop
+            value = tl.where((at_o >= valid_lo) & (at_o < valid_hi), value, 0.0)
         tl.store(out + plane_id.to(tl.int64) * P * Q + offs, value.to(out.dtype.element_ty), mask=mask)
 
 
@@ -418,7 +431,8 @@ def pack_images(images: list[Tensor] | PackedImages, device: torch.device) -> Pa
 
 
 def resample_axes(x: Tensor | Packed, axes: Tensor, size: tuple[int, int], taps: tuple[int, int],
-                  dtype: torch.dtype, scale: float = 1.0, antialias: bool = True, pad_mode: str = "constant") -> Tensor:
+                  dtype: torch.dtype, scale: float = 1.0, antialias: bool = True, pad_mode: str = "constant",
+                  pad_output: bool = False) -> Tensor:
     """Crop, resize and flip a batch through per-sample axis maps, in two launches (rows, then
     columns): :func:`gpuaug.functional.geometry.axis_taps` and ``resample_separable`` fused, the
     taps computed where they are used. Reads ``x`` (uint8 or float, any strides, or a ragged
@@ -434,9 +448,13 @@ def resample_axes(x: Tensor | Packed, axes: Tensor, size: tuple[int, int], taps:
         antialias: the filter widens with the downscale factor (torchvision's ``antialias=True``).
         pad_mode: what the window outside the content reads: ``"constant"`` (0), ``"edge"``,
             ``"reflect"``, ``"symmetric"`` (the pixel torchvision's padding copies there).
+        pad_output: ``pad_mode`` pads the output instead (outside each axis's ``valid`` range, a
+            crop that copies pixels after a resize); the window outside the content reads 0.
     """
     _require_triton()
     pad = PAD_MODES.index(pad_mode)
+    if pad_output and not pad:
+        raise ValueError("pad_output needs a pad_mode that copies pixels (edge, reflect, symmetric), got 'constant'")
     ragged = isinstance(x, Packed)
     src = x.flat if ragged else x
     B, C, H, W = x.shape if ragged else tuple(x.shape) if x.dim() == 4 else (0, 0, 0, 0)
@@ -452,10 +470,12 @@ def resample_axes(x: Tensor | Packed, axes: Tensor, size: tuple[int, int], taps:
     strides = (0, 0, 0, 0) if ragged else x.stride()
     _resample_kernel[(triton.cdiv(h * W, GEOMETRY_BLOCK), B * C)](
         src, tmp, axes, x.table if ragged else axes, h, W, H, *strides, 1.0,
-        CHANNELS=C, TAPS=ky, AXIS=0, RAGGED=ragged, ANTIALIAS=antialias, PAD=pad, BLOCK=GEOMETRY_BLOCK)
+        CHANNELS=C, TAPS=ky, AXIS=0, RAGGED=ragged, ANTIALIAS=antialias, PAD=pad,
+        PAD_OUTPUT=bool(pad_output), BLOCK=GEOMETRY_BLOCK)
     _resample_kernel[(triton.cdiv(h * w, GEOMETRY_BLOCK), B * C)](
         tmp, out, axes, axes, h, w, W, *tmp.stride(), float(scale),
-        CHANNELS=C, TAPS=kx, AXIS=1, RAGGED=False, ANTIALIAS=antialias, PAD=pad, BLOCK=GEOMETRY_BLOCK)
+        CHANNELS=C, TAPS=kx, AXIS=1, RAGGED=False, ANTIALIAS=antialias, PAD=pad,
+        PAD_OUTPUT=bool(pad_output), BLOCK=GEOMETRY_BLOCK)
     return out
 
 

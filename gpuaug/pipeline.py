@@ -105,20 +105,26 @@ class Pipeline(nn.Module):
     def _check_order(ops: Sequence[Op], first_rotation: int) -> None:
         resampled = list(ops[:first_rotation])
         # A crop whose padding is not zeros (it copies the canvas's pixels, or holds a fill) must
-        # be the only op of the map that pads: the map knows one padding. Copies are of one
-        # canvas, unresized: such a crop comes before any resize.
+        # be the only op of the map that pads: the map knows one padding. After a resize, copies
+        # are of resized pixels, which no second resize may filter: the map resamples once.
         special = [op for op in resampled if isinstance(op, RandomCrop) and (op.padding_mode != "constant" or op.fills)]
         if special:
             op = special[0]
             may_pad = [o for o in resampled if isinstance(o, CenterCrop) or isinstance(o, RandomCrop) and o.pads]
-            resizes = [o for o in resampled[:resampled.index(op)] if isinstance(o, (Resize, RandomResizedCrop))]
+            at = resampled.index(op)
+            resizes = [[o for o in part if isinstance(o, (Resize, RandomResizedCrop))]
+                       for part in (resampled[:at], resampled[at + 1:])]
             copies = op.padding_mode != "constant"
-            if len(may_pad) > 1 or (copies and resizes):
-                what = f"padding_mode={op.padding_mode!r}" if copies else f"fill={op.fill}"
+            what = f"padding_mode={op.padding_mode!r}" if copies else f"fill={op.fill}"
+            if len(may_pad) > 1:
                 raise ValueError(
                     f"RandomCrop({what}) must be the only op before RandomRotation that pads (CenterCrop may pad "
-                    f"too, with zeros){' and come before any resize' if copies else ''}; got "
-                    f"{[type(o).__name__ for o in ops]}")
+                    f"too, with zeros); got {[type(o).__name__ for o in ops]}")
+            if copies and all(resizes):
+                raise ValueError(
+                    f"RandomCrop({what}) between two resizes is not supported: its padding copies pixels of the "
+                    f"first resize's output, which gpuaug does not compute (it resamples the source once); "
+                    f"got {[type(o).__name__ for o in ops]}")
         rotated = cropped = False
         for i, op in enumerate(ops):
             if isinstance(op, Normalize) and i != len(ops) - 1:
@@ -319,7 +325,8 @@ class Pipeline(nn.Module):
             # Per axis (y, x): scale, offset, window lo/hi, valid lo/hi, content lo/hi, each (n, 2).
             maps = [t.expand(n, 2) for t in (axes.scale, axes.offset, *axes.window, *axes.valid, *axes.content)]
             plan["resample"] = {"maps": maps, "taps": (tap_count(zoom_y, aa), tap_count(zoom_x, aa)),
-                                "antialias": aa, "source": sizes.max(), "pad_mode": axes.pad_mode}
+                                "antialias": aa, "source": sizes.max(), "pad_mode": axes.pad_mode,
+                                "pad_output": axes.pad_output}
             if kernels is not None:
                 plan["axes"] = torch.stack(maps, -1)  # (n, 2, 8), as gpu_kernels.resample_axes reads it
             elif cpu.own_path(self.device) and aa and uint8:
@@ -409,7 +416,7 @@ class Pipeline(nn.Module):
             if plan["axes"] is not None:  # CUDA: two Triton launches, uint8 read as is
                 r = plan["resample"]
                 resampled = kernels.guarded(kernels.resample_axes, x, _take(plan["axes"], part), plan["size"], r["taps"],
-                                            dt, unit, r["antialias"], r["pad_mode"])
+                                            dt, unit, r["antialias"], r["pad_mode"], r["pad_output"])
                 if resampled is None and plan["rows"] is None:  # the kernels failed: taps for torch's
                     plan["rows"], plan["cols"] = _filter_taps(r, plan["size"])
                 if resampled is None and packed:  # and torch's kernels read a padded batch
@@ -508,7 +515,8 @@ def _filter_taps(resample: dict, size: tuple[int, int]) -> tuple[tuple[Tensor, T
     scale, offset, lo, hi, valid_lo, valid_hi, content_lo, content_hi = resample["maps"]
     (h, w), (H, W), (ky, kx) = size, resample["source"], resample["taps"]
     index, weight = axis_taps(scale, offset, (lo, hi), (valid_lo, valid_hi), max(h, w), max(H, W), max(ky, kx),
-                              resample["antialias"], (content_lo, content_hi), resample["pad_mode"])
+                              resample["antialias"], (content_lo, content_hi), resample["pad_mode"],
+                              resample["pad_output"])
     return (index[:, 0, :h, :ky], weight[:, 0, :h, :ky]), (index[:, 1, :w, :kx], weight[:, 1, :w, :kx])
 
 

@@ -1,6 +1,7 @@
 """Random compositions of ops against torchvision's functional chain, sample by sample.
 
-Each case draws a pipeline (crops that pad with zeros or copied pixels, resizes, flips, a rotation
+Each case draws a pipeline (crops that pad with zeros or copied pixels (of the image or of a
+resized one), resizes, flips, a rotation
 with the crop after it, color jitter, grayscale, normalize, in any order the pipeline takes) and
 photos of random sizes, runs it, and replays each sample's drawn parameters through
 ``torchvision.transforms.v2.functional``.
@@ -26,10 +27,17 @@ COLOR_KERNELS = [TF.adjust_brightness, TF.adjust_contrast, TF.adjust_saturation,
 
 def _ops(rng: random.Random) -> list:
     ops, resized = [], False
-    copying = rng.random() < 0.25  # a first crop whose padding copies pixels: the only padding op then
+    copying = rng.random() < 0.25  # a crop whose padding copies pixels: the only padding op then
     if copying:
+        side = 40
+        if rng.random() < 0.5:  # after a resize (+ a flip): it copies resized pixels, no resize follows
+            side = rng.randint(12, 80)
+            ops.append(ga.RandomResizedCrop((side, side + rng.randint(0, 20))) if rng.random() < 0.5 else
+                       ga.Resize(side) if rng.random() < 0.5 else ga.Resize((side, side + 10)))
+            ops += [ga.RandomVerticalFlip()] if rng.random() < 0.4 else []
+            resized = True
         mode = rng.choice(["edge", "reflect", "symmetric"])
-        size = (rng.randint(4, 40), rng.randint(4, 40))
+        size = (rng.randint(4, side), rng.randint(4, side))
         ops.append(ga.RandomCrop(size, padding=rng.randint(1, 6), padding_mode=mode))
     for _ in range(rng.randint(0, 2)):
         size = (rng.randint(8, 120), rng.randint(8, 120))

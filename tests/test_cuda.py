@@ -37,8 +37,11 @@ def test_float16_on_cuda_within_4_of_255_of_float32_on_cpu(photos, monkeypatch):
     lambda: [ga.RandomCrop((300, 420), padding=(2, 5, 9, 1), pad_if_needed=True, padding_mode="edge")],
     lambda: [ga.RandomCrop((300, 420), padding=(12, 9), fill=(0.2, 0.5, 0.9)), ga.Resize((96, 128)), ga.RandomRotation(20)],
     lambda: [ga.Resize((96, 128)), ga.RandomRotation(30, center=(20, 30), fill=None), ga.RandomHorizontalFlip()],
+    lambda: [ga.RandomResizedCrop((96, 128)), ga.RandomCrop((90, 120), padding=(20, 16), padding_mode="symmetric"),
+             ga.RandomVerticalFlip()],
 ], ids=["random crop padding, resize", "center crop padding, resize", "resize, random crop padding, rotation",
-        "reflect padding, resize", "edge padding", "fill padding, resize, rotation", "rotation about a point, fill None"])
+        "reflect padding, resize", "edge padding", "fill padding, resize, rotation", "rotation about a point, fill None",
+        "resized crop, symmetric padding of it"])
 def test_padding_crops_on_cuda_match_the_cpu(photos, monkeypatch, steps):
     """The compiled resampling kernel's content mask (padding read as 0, blended by a later resize)
     against the same map on the CPU, float32 both sides."""

@@ -175,8 +175,10 @@ def test_bad_op_arguments_raise_what_torchvision_raises(name, args, kwargs):
          ValueError),  # a 0-pixel side (torchvision: a RuntimeError from inside torch)
         (lambda: ga.Resize(256, antialias="yes"), TypeError),
         (lambda: ga.RandomCrop(32, padding=-2), ValueError),  # torchvision's negative padding crops
-        (lambda: ga.Pipeline(ga.Resize(40), ga.RandomCrop(32, padding=4, padding_mode="reflect"), device="cpu"),
-         ValueError),  # the mirror of a resized canvas: not one map
+        (lambda: ga.Pipeline(ga.Resize(40), ga.RandomCrop(32, padding=4, padding_mode="reflect"), ga.Resize(24),
+                             device="cpu"), ValueError),  # copies of a resize's output, resized again: not one map
+        (lambda: ga.Pipeline(ga.RandomResizedCrop(40), ga.RandomHorizontalFlip(), ga.RandomCrop(32, padding=4,
+                             padding_mode="edge"), ga.RandomResizedCrop(24), device="cpu"), ValueError),
         (lambda: ga.Pipeline(ga.RandomCrop(40, padding=4, padding_mode="edge"), ga.CenterCrop(32), device="cpu"),
          ValueError),  # a second op that may pad
         (lambda: ga.Pipeline(ga.RandomCrop(40, padding=4, padding_mode="edge"), ga.RandomCrop(32, padding=2),

@@ -156,11 +156,11 @@ def _axes(n: int, src: int, out: int, seed: int) -> torch.Tensor:
     return torch.stack([scale, offset, *window, *valid, *content], -1)
 
 
-def _reference(x, axes, size, taps, antialias=True):
+def _reference(x, axes, size, taps, antialias=True, pad_mode="constant", pad_output=False):
     """The torch path: axis_taps for each axis, then resample_separable."""
     (h, w), (H, W) = size, x.shape[-2:]
     rows, cols = (gaG.axis_taps(*axes[:, a, :2].unbind(1), axes[:, a, 2:4].unbind(1), axes[:, a, 4:6].unbind(1),
-                                length, source, k, antialias, axes[:, a, 6:8].unbind(1))
+                                length, source, k, antialias, axes[:, a, 6:8].unbind(1), pad_mode, pad_output)
                   for a, length, source, k in ((0, h, H, taps[0]), (1, w, W, taps[1])))
     return gaG.resample_separable(x.float(), rows, cols).contiguous()
 
@@ -180,6 +180,28 @@ def test_resampling_matches_axis_taps_and_the_torch_resampling(kernel, dtype, ch
     assert (out - ref).abs().max() < 1e-5
     half = kernel.resample_axes(x, axes, (24, 24), taps, torch.float16, scale)
     assert (half.float() - ref).abs().max() < 2e-3
+
+
+@pytest.mark.parametrize("mode", ["edge", "reflect", "symmetric"])
+def test_resampling_copies_output_pixels_into_the_outputs_padding(kernel, mode):
+    """``pad_output`` (a crop that copies pixels after a resize): an output pixel outside ``valid``
+    is the output pixel inside that the mode copies there, as ``axis_taps`` computes it; the
+    pixels inside are those of the map without it."""
+    x = torch.rand(4, 3, 61, 61, generator=torch.Generator().manual_seed(14))
+    axes = _axes(4, 61, 24, seed=15)
+    axes[..., 4], axes[..., 5] = 5.0, 19.0  # 5 output pixels of padding on each side: shorter than the 14 inside
+    taps = (gaG.tap_count(61 / 8),) * 2
+    out = kernel.resample_axes(x, axes, (24, 24), taps, torch.float32, 1.0, True, mode, True)
+    ref = _reference(x, axes, (24, 24), taps, True, mode, True)
+    assert (out - ref).abs().max() < 1e-5
+    plain = kernel.resample_axes(x, axes, (24, 24), taps, torch.float32)
+    assert torch.equal(out[..., 5:19, 5:19], plain[..., 5:19, 5:19]) and plain[..., :5, :].abs().max() == 0
+    mirror = {"edge": [5] * 5, "reflect": [10, 9, 8, 7, 6], "symmetric": [9, 8, 7, 6, 5]}[mode]
+    assert torch.equal(out[..., :5, 5:19], out[..., mirror, 5:19])  # the rows above, copied as the mode says
+    with pytest.raises(ValueError, match="pad_output needs a pad_mode that copies"):
+        kernel.resample_axes(x, axes, (24, 24), taps, torch.float32, 1.0, True, "constant", True)
+    with pytest.raises(ValueError, match="pad_output needs a pad_mode that copies"):
+        _reference(x, axes, (24, 24), taps, True, "constant", True)
 
 
 def test_resampling_without_antialias_any_layout_and_shapes(kernel):
@@ -285,12 +307,13 @@ def test_kernels_compile_for_the_gpus_we_target(arch):
                   "P": "i32", "Q": "i32", "limit": "i32", "stride_n": "i32", "stride_c": "i32", "stride_p": "i32",
                   "scale": "fp32"},
                  {"CHANNELS": channels, "TAPS": 5, "AXIS": channels % 2, "RAGGED": False, "ANTIALIAS": dtype != "bf16",
-                  "PAD": {"fp16": 0, "bf16": 2, "fp32": 3}[dtype], "stride_q": 1}),
+                  "PAD": {"fp16": 0, "bf16": 2, "fp32": 3}[dtype], "PAD_OUTPUT": dtype == "fp32", "stride_q": 1}),
                 (gpu_kernels._resample_kernel,
                  {"src": "*u8" if dtype == "fp16" else f"*{dtype}", "out": f"*{dtype}", "axes": "*fp32", "table": "*i64",
                   "P": "i32", "Q": "i32", "limit": "i32", "stride_n": "i32", "stride_c": "i32", "stride_p": "i32",
                   "stride_q": "i32", "scale": "fp32"},
-                 {"CHANNELS": channels, "TAPS": 5, "AXIS": 0, "RAGGED": True, "ANTIALIAS": True, "PAD": channels % 2}),
+                 {"CHANNELS": channels, "TAPS": 5, "AXIS": 0, "RAGGED": True, "ANTIALIAS": True, "PAD": channels % 2,
+                  "PAD_OUTPUT": channels == 1}),
                 (gpu_kernels._warp_kernel,
                  {**images, "matrix": "*fp32", "fill": "*fp32", "H": "i32", "W": "i32", "stride_n": "i32",
                   "stride_c": "i32", "stride_h": "i32", "stride_w": "i32"},

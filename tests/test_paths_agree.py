@@ -1,7 +1,7 @@
 """Random pipelines on random inputs give the same output on every kernel path.
 
 The reference tests pin each op against torchvision on photos; this one walks the corners they do
-not (1-pixel images and crops, padding then resizing, clips, ragged lists, one channel, every op
+not (1-pixel images and crops, padding then resizing, resizing then copying padding, clips, ragged lists, one channel, every op
 order the pipeline takes), drawing seeded cases and running each through the four ways a batch can
 go (see ``kernel_path`` in test_reference.py). A difference is a bug in one path; an error must be
 the same ValueError/TypeError on all four.
@@ -20,7 +20,14 @@ PATHS = ["cpu fused", "cpu chunks", "one pass", "cuda kernels"]
 
 def _ops(rng: random.Random) -> list:
     ops = []
-    for _ in range(rng.randint(0, 3)):
+    if rng.random() < 0.2:  # a crop that copies resized pixels into its padding (no resize after it)
+        size = (rng.randint(2, 50), rng.randint(2, 50))
+        ops.append(ga.RandomResizedCrop(size) if rng.random() < 0.5 else ga.Resize(size))
+        ops += [ga.RandomVerticalFlip()] if rng.random() < 0.5 else []
+        ops.append(ga.RandomCrop((rng.randint(1, 50), rng.randint(1, 50)), padding=rng.randint(0, 3), pad_if_needed=True,
+                                 padding_mode=rng.choice(["edge", "reflect", "symmetric"])))
+        ops += [ga.RandomHorizontalFlip()] if rng.random() < 0.5 else []
+    for _ in range(0 if ops else rng.randint(0, 3)):
         size = (rng.randint(1, 50), rng.randint(1, 50))  # often larger than the image: padding
         ops.append(rng.choice([
             lambda: ga.RandomResizedCrop(size, scale=(rng.uniform(0.01, 0.5), 1.0)),

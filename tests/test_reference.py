@@ -313,6 +313,48 @@ def test_copying_padding_read_from_the_whole_image_by_small_crops(small_photos, 
         assert (out[i] - TF.resized_crop(crop, *box, [16, 20], antialias=True)).abs().max() < 1e-4, (i, box)
 
 
+@pytest.mark.parametrize("mode", ["edge", "reflect", "symmetric"])
+def test_copying_padding_after_a_resize_copies_resized_pixels(small_photos, kernel_path, mode):
+    """A crop that copies pixels after a resize pads the resized image, as torchvision runs it
+    (resize, pad, crop): its padding holds copies of resized pixels, through flips and a crop after
+    it; after a resized crop, and before a rotation (whose fill rule covers the whole output)."""
+    images = [TF.to_dtype(TF.center_crop(p, [60 + 7 * i, 70 + 5 * i]), torch.uint8, scale=True)
+              for i, p in enumerate(small_photos)] * 2
+    kwargs = dict(size=(36, 44), padding=(12, 9), padding_mode=mode)  # left/right 12, top/bottom 9
+    ops = [ga.Resize((40, 48)), ga.RandomCrop(**kwargs), ga.RandomHorizontalFlip(), ga.RandomVerticalFlip(),
+           ga.RandomCrop((30, 40))]
+    out, params = run(ops, images, seed=14)
+    padded = 0
+    for i, img in enumerate(images):
+        top, left = int(params[1]["top"][i]), int(params[1]["left"][i])
+        padded += top < 0 or left < 0 or top + 36 > 40 or left + 44 > 48
+        ref = random_crop_reference(TF.resize(to_float(img), [40, 48], antialias=True), top, left, kwargs)
+        ref = TF.horizontal_flip(ref) if params[2]["flip"][i] else ref
+        ref = TF.vertical_flip(ref) if params[3]["flip"][i] else ref
+        ref = TF.crop(ref, int(params[4]["top"][i]), int(params[4]["left"][i]), 30, 40)
+        assert (out[i] - ref).abs().max() < 1e-4, (i, top, left)
+    assert padded >= len(images) // 2
+    kwargs = dict(size=(9, 7), padding=(30, 25), padding_mode=mode)  # crops mostly in the padding, some wholly
+    out, params = run([ga.Resize((40, 50)), ga.RandomCrop(**kwargs), ga.RandomHorizontalFlip()], images, seed=16)
+    outside = 0
+    for i, img in enumerate(images):
+        top, left = int(params[1]["top"][i]), int(params[1]["left"][i])
+        outside += top + 9 <= 0 or left + 7 <= 0 or top >= 40 or left >= 50
+        ref = random_crop_reference(TF.resize(to_float(img), [40, 50], antialias=True), top, left, kwargs)
+        ref = TF.horizontal_flip(ref) if params[2]["flip"][i] else ref
+        assert (out[i] - ref).abs().max() < 1e-4, (i, top, left)
+    assert outside >= 2
+    kwargs = dict(size=32, padding=6, padding_mode=mode)
+    ops = [ga.RandomResizedCrop((30, 36), scale=(0.2, 1.0)), ga.RandomCrop(**kwargs), ga.RandomRotation((20, 20))]
+    out, params = run(ops, images, seed=15)
+    for i, img in enumerate(images):
+        box = [int(params[0][k][i]) for k in ("top", "left", "height", "width")]
+        crop = TF.resized_crop(to_float(img), *box, [30, 36], antialias=True)
+        ref = random_crop_reference(crop, int(params[1]["top"][i]), int(params[1]["left"][i]), kwargs)
+        ref = TF.rotate(ref, 20.0, interpolation=InterpolationMode.BILINEAR, fill=[0.0])
+        assert (out[i] - ref).abs().max() < 1e-4, (i, box)
+
+
 @pytest.mark.parametrize("kwargs,shape", [(dict(size=32, padding=4), (40, 48)),
                                           (dict(size=(20, 30), padding=(0, 5), pad_if_needed=True), (24, 28)),
                                           (dict(size=(20, 24), padding=(1, 2, 3, 4)), (30, 30))])

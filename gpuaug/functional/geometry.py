@@ -58,6 +58,7 @@ def axis_taps(
     antialias: bool = True,
     content: tuple[Tensor, Tensor] | None = None,
     pad_mode: str = "constant",
+    pad_output: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """Source indices and weights that resample one axis, per sample.
 
@@ -68,7 +69,9 @@ def axis_taps(
     (plain bilinear); the pixels of ``window`` outside ``content`` are padding and read as 0 (they
     keep their share of the filter, as torchvision's resize of a padded crop gives them), or, for
     another ``pad_mode``, as the pixel that mode copies there (:func:`pad_index`).
-    Output pixels outside ``valid`` (padding) get zero weight.
+    Output pixels outside ``valid`` (padding) get zero weight, or with ``pad_output`` (a crop that
+    copies pixels after a resize) the taps of the output pixel inside ``valid`` that ``pad_mode``
+    copies there (the content then needs no padding of its own).
 
     Args:
         scale, offset: ``(B,)`` float, source pixels per output pixel and the shift; any leading
@@ -84,9 +87,16 @@ def axis_taps(
         same shape; the weights of an output pixel sum to 1 (less next to padding, 0 in it). Taps past the filter
         have weight 0, so ``[..., :k]`` are the taps for any ``k >= tap_count`` of that axis.
     """
+    if pad_output and pad_mode == "constant":
+        raise ValueError("pad_output needs a pad_mode that copies pixels (edge, reflect, symmetric), got 'constant'")
     dev = scale.device
-    o = torch.arange(out_size, device=dev, dtype=torch.float32) + 0.5
+    o = torch.arange(out_size, device=dev, dtype=torch.float32)
     scale, offset = scale.float().unsqueeze(-1), offset.float().unsqueeze(-1)
+    vlo, vhi = (v.float().unsqueeze(-1) for v in valid)
+    if pad_output:
+        o = pad_index(o, vlo, vhi, pad_mode)
+        vlo, vhi = torch.full_like(vlo, -math.inf), torch.full_like(vhi, math.inf)
+    o = o + 0.5  # pixel centers
     center = scale * o + offset  # (..., out)
     support = scale.abs().clamp(min=1.0) if antialias else torch.ones_like(scale)
     first = torch.floor(center - support)
@@ -94,12 +104,11 @@ def axis_taps(
     weight = (1 - ((index + 0.5 - center.unsqueeze(-1)) / support.unsqueeze(-1)).abs()).clamp_(min=0)
     lo, hi = (w.float()[..., None, None] for w in window)
     weight = weight * ((index >= lo) & (index < hi))
-    vlo, vhi = (v.float().unsqueeze(-1) for v in valid)
     inside = ((o >= vlo) & (o < vhi)).unsqueeze(-1)
     total = weight.sum(-1, keepdim=True).clamp(min=1e-12)
     if content is not None:
         clo, chi = (c.float()[..., None, None] for c in content)
-        if pad_mode == "constant":
+        if pad_mode == "constant" or pad_output:
             weight = weight * ((index >= clo) & (index < chi))
         else:
             index = pad_index(index, clo, chi, pad_mode)

@@ -31,7 +31,9 @@ class AxisMap:
     and every crop so far, intersected); the rest reads as 0, or, after a crop whose padding copies
     pixels (``pad_mode``), as the pixel copied there, ``content`` then being the canvas it padded.
     ``valid`` is the canvas range holding image content after that resize (outside it: padding of
-    a later crop)."""
+    a later crop, 0). A crop that copies pixels after a resize copies resized pixels
+    (``pad_output``): an output pixel outside ``valid`` takes the value of the output pixel
+    ``pad_mode`` copies there, inside ``valid``; no resize may follow it (``Pipeline`` checks)."""
 
     def __init__(self, size: Tensor):
         zero = torch.zeros_like(size)
@@ -40,31 +42,46 @@ class AxisMap:
         self.window = self._canvas = self.content = self._content = (zero, size)
         self.valid = (zero, size)
         self.pad_mode = "constant"
+        self.pad_output = False
+        self._resized = False
 
     def crop(self, start: Tensor, length: Tensor | float, pad_mode: str = "constant") -> None:
         """Crop ``length`` from ``start`` (canvas coordinates, ``(B, 2)``); what lies past the
         canvas is padding: zeros, or for another ``pad_mode`` (edge, reflect, symmetric) copies of
-        the canvas's pixels, which the taps read from here on (one such crop per map, with no
-        resize before it: ``Pipeline`` checks)."""
+        the canvas's pixels (one such crop per map: ``Pipeline`` checks), which the taps read from
+        the source from here on, or, after a resize, the output pixels copy (``pad_output``)."""
         first = torch.addcmul(self.offset, self.scale, start)  # source coordinates of the crop's ends
         last = torch.addcmul(first, self.scale, length) if isinstance(length, Tensor) else first + self.scale * length
         lo, hi = torch.minimum(first, last), torch.maximum(first, last)
         self._canvas = (lo, hi)
         if self.pad_mode == "constant" and pad_mode == "constant":  # zeros past the crop: it bounds the pixels
             self._content = (torch.maximum(self._content[0], lo), torch.minimum(self._content[1], hi))
-        self.valid = ((self.valid[0] - start).clamp(min=0), (self.valid[1] - start).clamp(max=length))
+        lo, hi = self.valid[0] - start, self.valid[1] - start
+        copies = self.pad_output or (pad_mode != "constant" and self._resized)
+        # Clamped to the crop where its padding is zeros (an end it cut off has no output pixel
+        # past it to pad), not where it copies: a crop wholly in the padding copies from there.
+        self.valid = (lo, hi) if copies else (lo.clamp(min=0), hi.clamp(max=length))
         self.offset = first
-        if pad_mode != "constant":
+        if pad_mode != "constant" and self._resized:
+            # The copies are of the resized canvas, whose pixels are already filtered: each output
+            # pixel in the padding takes the taps of the output pixel the mode copies there
+            # (axis_taps' pad_output). Later crops shift the output and flips mirror it, which
+            # moves `valid` with it and leaves the copying rule as it is.
+            self.pad_mode, self.pad_output = pad_mode, True
+        elif pad_mode != "constant":
             # The padding copies pixels from anywhere in the canvas, inside this crop or not (and so
             # do later crops of the padded canvas): the content stays the whole canvas.
             self.window, self.content, self.pad_mode = self._canvas, self._content, pad_mode
             self.valid = (torch.zeros_like(self.scale), torch.ones_like(self.scale) * length)
 
     def resize(self, old: Tensor, new: Tensor | float) -> None:
+        if self.pad_output:
+            raise ValueError("a resize after a crop that copies resized pixels into its padding is not supported")
         # The filter now reads the whole canvas, zeros where it is padding: in the source, not here.
         self.window, self.content = self._canvas, self._content
         self.scale = self.scale * (old / new)
         self.valid = (torch.zeros_like(self.scale), torch.ones_like(self.scale) * new)
+        self._resized = True
 
     def flip(self, flag: Tensor, axis: int, size: Tensor) -> None:
         """Mirror axis ``axis`` (0: y, 1: x) of a canvas of ``size`` ((B, 2)) where ``flag`` ((B,) bool)."""
@@ -299,8 +316,9 @@ class RandomCrop(GeometricOp):
             images is in 0-255: divide it by 255). A crop with ``fill != 0`` must be the only op
             before RandomRotation that may pad (a CenterCrop larger than the image pads with 0).
         padding_mode: ``"constant"``, ``"edge"``, ``"reflect"`` or ``"symmetric"``, as torchvision
-            pads. The last three copy the image's pixels into the padding; such a crop must not
-            follow a resize, nor share the ops before RandomRotation with another that may pad.
+            pads. The last three copy the image's pixels into the padding (after a resize, the
+            resized image's, as torchvision pads what the resize gave); such a crop must not sit
+            between two resizes, nor share the ops before RandomRotation with another that may pad.
 
     Params: ``top``, ``left``: ``(B,)`` float32 holding integers, the crop's corner in the image
     (negative: inside the padding).
