@@ -174,11 +174,18 @@ if triton is not None:
             tl.store(out + base + 2 * pixels + offs, b.to(dtype), mask=mask)
 
     @triton.jit
+    def _round_half_even(v):
+        """``v`` rounded to the nearest integer, ties to even (``grid_sample``'s nearest)."""
+        r = tl.floor(v + 0.5)
+        return tl.where((r - v == 0.5) & (r - 2.0 * tl.floor(r * 0.5) != 0.0), r - 1.0, r)
+
+    @triton.jit
     def _warp_kernel(src, out, matrix, fill, H, W, stride_n, stride_c, stride_h, stride_w,
-                     CHANNELS: tl.constexpr, FILL: tl.constexpr, BLEND: tl.constexpr, BLOCK: tl.constexpr):
-        """Grid ``(tiles, B)``: bilinear samples of one tile of sample n's output, as
-        ``grid_sample(align_corners=False, padding_mode="zeros")`` at the coordinates its matrix
-        gives, then torchvision's fill rule; ``src`` read through its strides (any layout)."""
+                     CHANNELS: tl.constexpr, FILL: tl.constexpr, BLEND: tl.constexpr, NEAREST: tl.constexpr,
+                     BLOCK: tl.constexpr):
+        """Grid ``(tiles, B)``: bilinear (``NEAREST``: nearest) samples of one tile of sample n's
+        output, as ``grid_sample(align_corners=False, padding_mode="zeros")`` at the coordinates
+        its matrix gives, then torchvision's fill rule; ``src`` read through its strides (any layout)."""
         tile, n = tl.program_id(0), tl.program_id(1)
         offs = tile * BLOCK + tl.arange(0, BLOCK)
         mask = offs < H * W
@@ -190,6 +197,18 @@ if triton is not None:
         gy = tl.load(m + 3) * xs + tl.load(m + 4) * ys + tl.load(m + 5)
         px = ((gx + 1.0) * W - 1.0) * 0.5  # source pixel coordinates (grid_sample's unnormalize)
         py = ((gy + 1.0) * H - 1.0) * 0.5
+        image = src + n.to(tl.int64) * stride_n
+        target = out + n.to(tl.int64) * CHANNELS * H * W
+        if NEAREST:
+            xn, yn = _round_half_even(px), _round_half_even(py)
+            inside = (xn >= 0.0) & (xn <= W - 1.0) & (yn >= 0.0) & (yn <= H - 1.0)
+            at = yn.to(tl.int64) * stride_h + xn.to(tl.int64) * stride_w
+            for c in tl.static_range(CHANNELS):
+                value = tl.load(image + c * stride_c + at, mask=mask & inside, other=0.0).to(tl.float32)
+                if FILL:  # torchvision's nearest rule: the fill where the pixel read is outside
+                    value = tl.where(inside, value, tl.load(fill + c))
+                tl.store(target + c * H * W + offs, value.to(out.dtype.element_ty), mask=mask)
+            return
         x0f, y0f = tl.floor(px), tl.floor(py)
         wx, wy = px - x0f, py - y0f
         x0, y0 = x0f.to(tl.int32), y0f.to(tl.int32)
@@ -198,10 +217,8 @@ if triton is not None:
         in_y0, in_y1 = (y0 >= 0) & (y0 < H), (y1 >= 0) & (y1 < H)
         # The share of a ones image that lands here (torchvision warps one for its fill rule).
         cover = _clamp01(0.5 + 0.5 * W * (1.0 - tl.abs(gx))) * _clamp01(0.5 + 0.5 * H * (1.0 - tl.abs(gy)))
-        image = src + n.to(tl.int64) * stride_n
         row0, row1 = y0.to(tl.int64) * stride_h, y1.to(tl.int64) * stride_h
         col0, col1 = x0.to(tl.int64) * stride_w, x1.to(tl.int64) * stride_w
-        target = out + n.to(tl.int64) * CHANNELS * H * W
         for c in tl.static_range(CHANNELS):
             plane = image + c * stride_c
             v00 = tl.load(plane + row0 + col0, mask=mask & in_y0 & in_x0, other=0.0).to(tl.float32)
@@ -367,12 +384,13 @@ def color_program(x: Tensor, out: Tensor, ops: Tensor, factors: Tensor, mean: Te
     return out
 
 
-def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor | None = None, blend: bool = True) -> Tensor:
-    """:func:`gpuaug.functional.geometry.warp_affine` as one kernel: bilinear warp of ``(B, C, H, W)``
-    float images (any strides) by ``(B, 3, 3)`` output->input matrices in normalized coordinates,
-    uncovered area -> ``fill`` (``(C,)`` or None for 0) by torchvision's rule (none with ``blend``
-    False and no fill). Coordinates and sampling in float32; returns a contiguous tensor of ``x``'s
-    shape and dtype."""
+def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor | None = None, blend: bool = True,
+                nearest: bool = False) -> Tensor:
+    """:func:`gpuaug.functional.geometry.warp_affine` as one kernel: bilinear (or ``nearest``)
+    warp of ``(B, C, H, W)`` float images (any strides) by ``(B, 3, 3)`` output->input matrices in
+    normalized coordinates, uncovered area -> ``fill`` (``(C,)`` or None for 0) by torchvision's
+    rule (none with ``blend`` False and no fill). Coordinates and sampling in float32; returns a
+    contiguous tensor of ``x``'s shape and dtype."""
     _require_triton()
     if x.dim() != 4 or x.shape[1] not in (1, 3) or not x.is_floating_point():
         raise ValueError(f"expected float images (B, C, H, W) with C in {{1, 3}}, got {x.dtype} {tuple(x.shape)}")
@@ -386,7 +404,7 @@ def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor | None = None, blend: bo
     fill_arg = fill.to(x.device, torch.float32).contiguous() if fill is not None else matrix
     _warp_kernel[(triton.cdiv(H * W, GEOMETRY_BLOCK), B)](x, out, matrix, fill_arg, H, W, *x.stride(),
                                                           CHANNELS=C, FILL=fill is not None, BLEND=bool(blend),
-                                                          BLOCK=GEOMETRY_BLOCK)
+                                                          NEAREST=bool(nearest), BLOCK=GEOMETRY_BLOCK)
     return out
 
 

@@ -110,7 +110,7 @@ class Pipeline(nn.Module):
         special = [op for op in resampled if isinstance(op, RandomCrop) and (op.padding_mode != "constant" or op.fills)]
         if special:
             op = special[0]
-            may_pad = [o for o in resampled if isinstance(o, CenterCrop) or isinstance(o, RandomCrop) and o.pads]
+            may_pad = _may_pad(resampled)
             at = resampled.index(op)
             resizes = [[o for o in part if isinstance(o, (Resize, RandomResizedCrop))]
                        for part in (resampled[:at], resampled[at + 1:])]
@@ -118,13 +118,17 @@ class Pipeline(nn.Module):
             what = f"padding_mode={op.padding_mode!r}" if copies else f"fill={op.fill}"
             if len(may_pad) > 1:
                 raise ValueError(
-                    f"RandomCrop({what}) must be the only op before RandomRotation that pads (CenterCrop may pad "
-                    f"too, with zeros); got {[type(o).__name__ for o in ops]}")
+                    f"RandomCrop({what}) must be the only op before RandomRotation that may pad (a CenterCrop or "
+                    f"pad_if_needed crop larger than the fixed size before it pads, with zeros); got "
+                    f"{[type(o).__name__ for o in ops]}")
             if copies and all(resizes):
                 raise ValueError(
                     f"RandomCrop({what}) between two resizes is not supported: its padding copies pixels of the "
                     f"first resize's output, which gpuaug does not compute (it resamples the source once); "
                     f"got {[type(o).__name__ for o in ops]}")
+        rotations = {op.interpolation for op in ops if isinstance(op, RandomRotation)}
+        if len(rotations) > 1:  # they are one warp
+            raise ValueError(f"the RandomRotations of a pipeline must share their interpolation, got {sorted(rotations)}")
         rotated = cropped = False
         for i, op in enumerate(ops):
             if isinstance(op, Normalize) and i != len(ops) - 1:
@@ -303,7 +307,7 @@ class Pipeline(nn.Module):
         uint8 kernel, see ``_geometry``),
         else as filter taps (:func:`_filter_taps`)."""
         plan = {"resample": None, "axes": None, "rows": None, "cols": None, "boxes": None, "single": None, "size": None,
-                "warp": None, "fill": None, "blend": True, "pad_fill": None, "final_crop": None, "kernels": kernels}
+                "warp": None, "fill": None, "blend": True, "nearest": False, "pad_fill": None, "final_crop": None, "kernels": kernels}
         s = sizes
         if self._resample_at or sizes.uniform is None:
             axes = AxisMap(sizes.pairs(n, self.device))
@@ -363,7 +367,9 @@ class Pipeline(nn.Module):
                 m = self.ops[i].matrix(params[i], s.uniform)
                 matrix = m if matrix is None else matrix @ m
             plan["warp"] = matrix
-            fill = next(self.ops[i].fill for i in self._warp_at if isinstance(self.ops[i], RandomRotation))
+            rotation = next(self.ops[i] for i in self._warp_at if isinstance(self.ops[i], RandomRotation))
+            plan["nearest"] = rotation.interpolation == "nearest"
+            fill = rotation.fill
             if fill is None:  # torchvision's fill=None: no fill rule at all
                 plan["blend"] = False
             else:  # the channel count is checked for a zero fill too
@@ -442,9 +448,9 @@ class Pipeline(nn.Module):
             x = x.add_((1 - read).to(x.dtype) * fill.to(x.dtype).view(1, -1, 1, 1))
         if warp is not None:
             kernels = plan["kernels"]
-            warped = (kernels.guarded(kernels.warp_affine, x, warp, plan["fill"], plan["blend"])
-                      if kernels is not None else None)
-            x = warped if warped is not None else warp_affine(x, warp, plan["fill"], plan["blend"])
+            how = (plan["fill"], plan["blend"], plan["nearest"])
+            warped = kernels.guarded(kernels.warp_affine, x, warp, *how) if kernels is not None else None
+            x = warped if warped is not None else warp_affine(x, warp, *how)
         if plan["final_crop"] is not None:
             x = crop_or_pad(x, *plan["final_crop"])
         return x.contiguous()
@@ -506,6 +512,23 @@ class Pipeline(nn.Module):
                                      f"dimension {n}, one per sample), got {getattr(v, 'shape', type(v).__name__)}")
             out.append({k: v.to(self.device, want[k].dtype, non_blocking=True) for k, v in p.items()})
         return out
+
+
+def _may_pad(ops: Sequence[Op]) -> list[Op]:
+    """The crops of ``ops`` (crop/resize/flip ops, in order) that may pad: a ``RandomCrop`` with
+    ``padding``, and a ``CenterCrop`` or ``pad_if_needed`` crop larger than the fixed size before it
+    (or after an op whose output size depends on the input's: any of them)."""
+    padders, size = [], None  # the fixed (h, w) the ops so far give, if they give one
+    for op in ops:
+        if isinstance(op, (CenterCrop, RandomCrop)):
+            larger = size is None or op.size[0] > size[0] or op.size[1] > size[1]
+            if (any(op.padding) or op.pad_if_needed and larger) if isinstance(op, RandomCrop) else larger:
+                padders.append(op)
+        if isinstance(op, (CenterCrop, RandomCrop, RandomResizedCrop)):
+            size = op.size
+        elif isinstance(op, Resize):
+            size = op.size if isinstance(op.size, tuple) else None
+    return padders
 
 
 def _filter_taps(resample: dict, size: tuple[int, int]) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:

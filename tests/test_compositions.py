@@ -1,7 +1,7 @@
 """Random compositions of ops against torchvision's functional chain, sample by sample.
 
 Each case draws a pipeline (crops that pad with zeros or copied pixels (of the image or of a
-resized one), resizes, flips, a rotation
+resized one), resizes, flips, a bilinear or nearest rotation
 with the crop after it, color jitter, grayscale, normalize, in any order the pipeline takes) and
 photos of random sizes, runs it, and replays each sample's drawn parameters through
 ``torchvision.transforms.v2.functional``.
@@ -54,7 +54,8 @@ def _ops(rng: random.Random) -> list:
             "vflip": lambda: ga.RandomVerticalFlip(),
         }[kind]())
     if rng.random() < 0.4:
-        ops.append(ga.RandomRotation(rng.uniform(0, 90), fill=rng.choice([0, 0.5])))
+        ops.append(ga.RandomRotation(rng.uniform(0, 90), rng.choice(["bilinear", "bilinear", "nearest"]),
+                                     fill=rng.choice([0, 0.5])))
         if rng.random() < 0.4:
             ops.append(ga.RandomHorizontalFlip())
         if rng.random() < 0.4:
@@ -88,7 +89,8 @@ def _torchvision(x: torch.Tensor, ops: list, params: list, i: int) -> torch.Tens
             flip = TF.horizontal_flip if isinstance(op, ga.RandomHorizontalFlip) else TF.vertical_flip
             x = flip(x) if p["flip"][i] else x
         elif isinstance(op, ga.RandomRotation):
-            x = TF.rotate(x, float(p["angle"][i]), interpolation=InterpolationMode.BILINEAR, fill=list(op.fill) * 3)
+            x = TF.rotate(x, float(p["angle"][i]), interpolation=InterpolationMode(op.interpolation),
+                          fill=list(op.fill) * 3)
         elif isinstance(op, ga.ColorJitter):
             for j in p["order"][i].tolist():
                 x = COLOR_KERNELS[j](x, float(p[COLOR[j]][i]))
@@ -119,4 +121,8 @@ def test_random_composition_equals_torchvision_per_sample(photos, case):
         err = (out[i] - ref).abs().amax(0)
         if rotated:
             err = err[central_disc(*err.shape, margin=3.0)]
-        assert err.numel() == 0 or err.max() <= tol, (i, err.max().item(), ops)
+        if any(getattr(op, "interpolation", "") == "nearest" for op in ops):
+            # A nearest pick flips where the two sides' coordinates straddle a midpoint (~1e-6 px apart).
+            assert err.numel() == 0 or (err > tol).float().mean() < 5e-3, (i, (err > tol).float().mean(), ops)
+        else:
+            assert err.numel() == 0 or err.max() <= tol, (i, err.max().item(), ops)

@@ -54,6 +54,24 @@ def test_padding_crops_on_cuda_match_the_cpu(photos, monkeypatch, steps):
     assert err.max() < 0.05 and (err > 1e-3).float().mean() < 1e-4, err.max()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_nearest_rotation_on_cuda_matches_the_cpu(photos, monkeypatch, dtype):
+    """interpolation=NEAREST through the compiled warp: the CPU's picks, but where the two sides'
+    coordinates straddle a midpoint between pixels (float noise: a few pixels per million)."""
+    from torchvision.transforms import InterpolationMode
+
+    monkeypatch.setattr(ga.cpu, "OWN_PATH", False)
+
+    def steps():
+        return [ga.Resize((96, 128)), ga.RandomRotation(30, InterpolationMode.NEAREST, fill=0.4), ga.RandomHorizontalFlip()]
+
+    out, params = ga.Pipeline(*steps(), device="cuda", dtype=dtype, seed=5)(photos * 4, return_params=True)
+    ref = ga.Pipeline(*steps(), device="cpu", seed=5)(photos * 4, params=[{k: v.cpu() for k, v in p.items()} for p in params])
+    err = (out.float().cpu() - ref).abs().amax(1)
+    assert (err > (1e-3 if dtype == torch.float32 else 2e-3)).float().mean() < 1e-3, err.max()
+    assert (ref == 0.4).all(1).float().mean() > 0.02  # the fill, whole
+
+
 def test_no_host_sync_per_batch(photos):
     pipe = ga.Pipeline(*ops(), ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD), device="cuda", seed=0)
     batch = torch.stack([torch.nn.functional.interpolate(p[None].float(), size=(375, 500))[0] for p in photos * 8])

@@ -84,7 +84,7 @@ class _TritonStub:
         return torch.empty(x.shape[0], x.shape[1], *size, dtype=dtype, device=src.device)
 
     @staticmethod
-    def warp_affine(x, matrix, fill=None, blend=True):
+    def warp_affine(x, matrix, fill=None, blend=True, nearest=False):
         assert x.device.type == matrix.device.type == "cuda" and matrix.shape == (x.shape[0], 3, 3)
         assert fill is None or fill.device.type == "cuda"
         return torch.empty(x.shape, dtype=x.dtype, device=x.device)

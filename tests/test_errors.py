@@ -158,7 +158,10 @@ def test_bad_op_arguments_raise_what_torchvision_raises(name, args, kwargs):
         (lambda: ga.Pipeline(ga.RandomResizedCrop(32), device="tpu"), ValueError),
         (lambda: ga.Resize(256, interpolation=v2.InterpolationMode.BICUBIC), ValueError),
         (lambda: ga.RandomResizedCrop(224, interpolation=v2.InterpolationMode.NEAREST), ValueError),
-        (lambda: ga.RandomRotation(15, v2.InterpolationMode.NEAREST), ValueError),  # torchvision's default
+        (lambda: ga.RandomRotation(15, v2.InterpolationMode.BICUBIC), ValueError),  # bilinear or nearest only
+        (lambda: ga.RandomRotation(15, "nearest-exact"), ValueError),
+        (lambda: ga.Pipeline(ga.RandomRotation(15), ga.RandomRotation(10, v2.InterpolationMode.NEAREST), device="cpu"),
+         ValueError),  # two rotations are one warp: one interpolation
         (lambda: ga.RandomRotation(15, expand=True), ValueError),
         (lambda: ga.RandomRotation(15, fill=255), ValueError),  # torchvision's white for uint8: here 1.0
         (lambda: ga.Normalize((123.675, 116.28, 103.53), (58.395, 57.12, 57.375)), ValueError),  # 0-255 scale
@@ -179,8 +182,12 @@ def test_bad_op_arguments_raise_what_torchvision_raises(name, args, kwargs):
                              device="cpu"), ValueError),  # copies of a resize's output, resized again: not one map
         (lambda: ga.Pipeline(ga.RandomResizedCrop(40), ga.RandomHorizontalFlip(), ga.RandomCrop(32, padding=4,
                              padding_mode="edge"), ga.RandomResizedCrop(24), device="cpu"), ValueError),
-        (lambda: ga.Pipeline(ga.RandomCrop(40, padding=4, padding_mode="edge"), ga.CenterCrop(32), device="cpu"),
-         ValueError),  # a second op that may pad
+        (lambda: ga.Pipeline(ga.RandomCrop(40, padding=4, padding_mode="edge"), ga.CenterCrop(44), device="cpu"),
+         ValueError),  # a second op that may pad: larger than the 40 before it
+        (lambda: ga.Pipeline(ga.RandomCrop(40, padding=4, padding_mode="edge"), ga.Resize(48), ga.CenterCrop(44),
+                             device="cpu"), ValueError),  # may pad: the size before it depends on the input's
+        (lambda: ga.Pipeline(ga.Resize((50, 60)), ga.RandomCrop((44, 32), padding=2, padding_mode="reflect"),
+                             ga.RandomCrop(40, pad_if_needed=True), device="cpu"), ValueError),  # pads where needed: 40 > 32
         (lambda: ga.Pipeline(ga.RandomCrop(40, padding=4, padding_mode="edge"), ga.RandomCrop(32, padding=2),
                              device="cpu"), ValueError),
         (lambda: ga.RandomCrop(32, padding=4, fill=128), ValueError),  # torchvision's 0-255 for uint8: 128 / 255
@@ -223,11 +230,15 @@ def test_random_crop_fill_channel_mismatch_and_what_is_allowed():
     p = pipe(ga.RandomCrop(8, padding=2, fill=(0.1, 0.2)))
     with pytest.raises(ValueError, match="RandomCrop fill has 2 values, images have 3"):
         p(torch.zeros(1, 3, 8, 8, dtype=torch.uint8))
-    # Allowed: a fill crop after a resize (unlike a copying one), fill in a mode that ignores it
-    # (as torchvision's does), and fill on a crop that never pads.
+    # Allowed: a fill crop after a resize (as a copying one), fill in a mode that ignores it
+    # (as torchvision's does), fill on a crop that never pads, and crops no larger than the
+    # fixed size before them (they cannot pad) with a fill or copying crop.
     pipe(ga.Resize(40), ga.RandomCrop(32, padding=4, fill=0.5), ga.RandomRotation(10), ga.CenterCrop(40))
     assert "fill" not in repr(pipe(ga.RandomCrop(32, padding=4, fill=0.5, padding_mode="edge")))
     pipe(ga.RandomCrop(32, fill=0.5), ga.CenterCrop(30))
+    pipe(ga.RandomCrop(40, padding=4, fill=0.5), ga.CenterCrop((40, 32)), ga.RandomCrop(30, pad_if_needed=True))
+    pipe(ga.RandomResizedCrop(48), ga.CenterCrop(44), ga.RandomCrop(40, padding=4, padding_mode="reflect"))
+    pipe(ga.Resize((50, 60)), ga.RandomCrop(40, pad_if_needed=True), ga.RandomCrop(36, padding=2, padding_mode="edge"))
 
 
 def test_select_device(monkeypatch):

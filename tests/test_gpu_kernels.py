@@ -262,6 +262,25 @@ def test_warp_matches_the_torch_warp(kernel, dtype, channels, fill, blend):
     assert (out.float() - ref).abs().max() < (1e-5 if dtype == torch.float32 else 2e-3)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("fill", [None, (0.2, 0.5, 1.0)])
+def test_nearest_warp_matches_the_torch_warp(kernel, dtype, fill):
+    """NEAREST: the source pixel nearest the coordinates, the fill where it is outside. The two
+    compute the coordinates in other orders: a pixel may differ where two source pixels are
+    within float noise of a tie (none of these random maps has one, but allow 0.1%)."""
+    x = torch.rand(5, 3, 37, 52, generator=torch.Generator().manual_seed(16)).to(dtype)
+    m = _matrices(5, 37, 52)
+    fill_t = None if fill is None else torch.tensor(fill)
+    out = kernel.warp_affine(x, m, fill_t, True, True)
+    ref = gaG.warp_affine(x, m, fill_t, True, True)
+    assert out.dtype == dtype and out.shape == x.shape
+    differ = (out.float() - ref.float()).abs().amax(1) > 0
+    assert differ.float().mean() < 1e-3
+    assert fill is None or (out[:, 0] == 0.2).float().mean() > 0.05  # the fill, whole, where outside
+    values = torch.cat([x.flatten(), torch.tensor(fill or [0.0]).to(dtype)]).float().unique()
+    assert torch.isin(out.float().flatten(), values).all()  # every output value is a source pixel or the fill
+
+
 def test_warp_reads_a_transposed_layout(kernel):
     """resample_separable returns a transposed view; the kernel reads it through its strides."""
     x = torch.rand(3, 3, 52, 37, generator=torch.Generator().manual_seed(7)).transpose(-1, -2)  # (3, 3, 37, 52)
@@ -317,11 +336,11 @@ def test_kernels_compile_for_the_gpus_we_target(arch):
                 (gpu_kernels._warp_kernel,
                  {**images, "matrix": "*fp32", "fill": "*fp32", "H": "i32", "W": "i32", "stride_n": "i32",
                   "stride_c": "i32", "stride_h": "i32", "stride_w": "i32"},
-                 {"CHANNELS": channels, "FILL": True, "BLEND": True}),
+                 {"CHANNELS": channels, "FILL": True, "BLEND": True, "NEAREST": dtype == "bf16"}),
                 (gpu_kernels._warp_kernel,
                  {**images, "matrix": "*fp32", "fill": "*fp32", "H": "i32", "W": "i32", "stride_n": "i32",
                   "stride_c": "i32", "stride_h": "i32", "stride_w": "i32"},
-                 {"CHANNELS": channels, "FILL": False, "BLEND": channels == 3}),
+                 {"CHANNELS": channels, "FILL": False, "BLEND": channels == 3, "NEAREST": dtype == "fp32"}),
             ]
             for fn, signature, constants in kernels:
                 # As given, then with every int argument 1: Triton passes such a value as a

@@ -40,7 +40,8 @@ def _ops(rng: random.Random) -> list:
         ])())
     if rng.random() < 0.5:
         center = rng.choice([None, (rng.uniform(-10, 50), rng.uniform(-10, 50))])
-        ops.append(ga.RandomRotation(rng.uniform(0, 180), center=center, fill=rng.choice([0, 0.5, None])))
+        ops.append(ga.RandomRotation(rng.uniform(0, 180), rng.choice(["bilinear", "bilinear", "nearest"]), center=center,
+                                     fill=rng.choice([0, 0.5, None])))
         if rng.random() < 0.3:
             ops.append(ga.RandomHorizontalFlip())
         if rng.random() < 0.3:
@@ -101,4 +102,9 @@ def test_every_kernel_path_gives_the_same_output(case, interpreted_gpu_kernels, 
     reference = outputs["one pass"]
     for path, out in outputs.items():
         assert out.shape == reference.shape and torch.isfinite(out).all(), (path, ops)
-        assert (out - reference).abs().max() <= tol, (path, (out - reference).abs().max().item(), ops)
+        err = (out - reference).abs()
+        if any(getattr(op, "interpolation", "") == "nearest" for op in ops):
+            # A nearest pick flips where the paths' coordinates straddle a midpoint (float noise).
+            assert (err > tol).float().mean() <= 2e-3, (path, (err > tol).float().mean().item(), ops)
+        else:
+            assert err.max() <= tol, (path, err.max().item(), ops)

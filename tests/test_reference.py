@@ -277,7 +277,10 @@ def test_random_crop_fill_per_sample(small_photos, kernel_path, fill):
     out, params = run([crop, ga.RandomHorizontalFlip()], images, seed=10)
     resized, r_params = run([crop, ga.Resize((20, 24))], images, seed=11)
     rotated, o_params = run([crop, ga.RandomRotation((30, 30), fill=0.7)], images, seed=12)
+    centred, c_params = run([crop, ga.CenterCrop((56, 70))], images, seed=13)  # smaller: no padding of its own
     for i, img in enumerate(images):
+        ref = TF.center_crop(reference(img, int(c_params[0]["top"][i]), int(c_params[0]["left"][i])), [56, 70])
+        assert (centred[i] - ref).abs().max() < 1e-4, i
         ref = reference(img, int(params[0]["top"][i]), int(params[0]["left"][i]))
         ref = TF.horizontal_flip(ref) if params[1]["flip"][i] else ref
         assert (out[i] - ref).abs().max() < 1e-4, i
@@ -317,7 +320,8 @@ def test_copying_padding_read_from_the_whole_image_by_small_crops(small_photos, 
 def test_copying_padding_after_a_resize_copies_resized_pixels(small_photos, kernel_path, mode):
     """A crop that copies pixels after a resize pads the resized image, as torchvision runs it
     (resize, pad, crop): its padding holds copies of resized pixels, through flips and a crop after
-    it; after a resized crop, and before a rotation (whose fill rule covers the whole output)."""
+    it; after a resized crop, and before a centre crop and a rotation (whose fill rule covers the
+    whole output)."""
     images = [TF.to_dtype(TF.center_crop(p, [60 + 7 * i, 70 + 5 * i]), torch.uint8, scale=True)
               for i, p in enumerate(small_photos)] * 2
     kwargs = dict(size=(36, 44), padding=(12, 9), padding_mode=mode)  # left/right 12, top/bottom 9
@@ -345,13 +349,14 @@ def test_copying_padding_after_a_resize_copies_resized_pixels(small_photos, kern
         assert (out[i] - ref).abs().max() < 1e-4, (i, top, left)
     assert outside >= 2
     kwargs = dict(size=32, padding=6, padding_mode=mode)
-    ops = [ga.RandomResizedCrop((30, 36), scale=(0.2, 1.0)), ga.RandomCrop(**kwargs), ga.RandomRotation((20, 20))]
+    ops = [ga.RandomResizedCrop((30, 36), scale=(0.2, 1.0)), ga.RandomCrop(**kwargs), ga.CenterCrop(28),
+           ga.RandomRotation((20, 20))]  # a CenterCrop smaller than the crop before it: no padding of its own
     out, params = run(ops, images, seed=15)
     for i, img in enumerate(images):
         box = [int(params[0][k][i]) for k in ("top", "left", "height", "width")]
         crop = TF.resized_crop(to_float(img), *box, [30, 36], antialias=True)
         ref = random_crop_reference(crop, int(params[1]["top"][i]), int(params[1]["left"][i]), kwargs)
-        ref = TF.rotate(ref, 20.0, interpolation=InterpolationMode.BILINEAR, fill=[0.0])
+        ref = TF.rotate(TF.center_crop(ref, [28, 28]), 20.0, interpolation=InterpolationMode.BILINEAR, fill=[0.0])
         assert (out[i] - ref).abs().max() < 1e-4, (i, box)
 
 
@@ -436,6 +441,52 @@ def test_rotation_fill_none_is_torchvisions_plain_zero_padding(small_photos, ker
         ref = TF.rotate(x[i], 33.0, interpolation=InterpolationMode.BILINEAR, fill=None)
         assert (none[i] - ref).abs().max() < 1e-3
     assert (none - zero).abs().max() > 0.05
+
+
+def _nearest_ties(h: int, w: int, angle: float, center=None) -> torch.Tensor:
+    """``(h, w)`` bool: the output pixels whose source coordinate (float64, from torchvision's own
+    inverse matrix) lies within 1e-3 px of the midpoint of two source pixels. There float noise
+    picks the nearest pixel (torchvision's CPU and CUDA grids can pick differently, too)."""
+    from torchvision.transforms.v2.functional._geometry import _get_inverse_affine_matrix
+
+    shift = [0.0, 0.0] if center is None else [center[0] - w / 2, center[1] - h / 2]
+    a, b, c, d, e, f = _get_inverse_affine_matrix(shift, -angle, [0.0, 0.0], 1.0, [0.0, 0.0])
+    y, x = torch.meshgrid(torch.arange(h, dtype=torch.float64) + 0.5 - h / 2,
+                          torch.arange(w, dtype=torch.float64) + 0.5 - w / 2, indexing="ij")
+    source_x, source_y = a * x + b * y + c + w / 2 - 0.5, d * x + e * y + f + h / 2 - 0.5
+    return ((source_x - source_x.floor() - 0.5).abs() < 1e-3) | ((source_y - source_y.floor() - 0.5).abs() < 1e-3)
+
+
+@pytest.mark.parametrize("fill", [0, 0.3, None])
+def test_rotation_nearest_matches_torchvision_per_sample(small_photos, kernel_path, fill):
+    """interpolation=NEAREST (torchvision's default): each output pixel is the source pixel nearest
+    its source coordinate, the fill where that is outside; per sample angles, a flip after it,
+    a center; exact but where two source pixels tie."""
+    x = torch.stack(small_photos * 2)
+    nearest = InterpolationMode.NEAREST
+    tv_fill = None if fill is None else [fill]
+    for center in (None, (30, 70)):
+        ops = [ga.RandomRotation(180, interpolation=nearest, center=center, fill=fill), ga.RandomHorizontalFlip()]
+        out, (rot, flip) = run(ops, x, seed=21)
+        assert 0 < int(flip["flip"].sum()) < len(x)
+        for i in range(len(x)):
+            angle = float(rot["angle"][i])
+            ref = TF.rotate(x[i], angle, interpolation=nearest, center=None if center is None else list(center),
+                            fill=tv_fill)
+            ties = _nearest_ties(96, 128, angle, center)
+            if flip["flip"][i]:
+                ref, ties = TF.horizontal_flip(ref), ties.flip(-1)
+            assert ties.float().mean() < 0.01
+            assert (out[i] - ref).abs().amax(0)[~ties].max() < 1e-6, (i, angle)
+    # Degenerate angles: exact where nothing ties (a quarter turn of an image with an odd and an
+    # even side ties everywhere: float noise picks there, which the README says).
+    for angle in (90.0, -30.0):
+        out = ga.Pipeline(ga.RandomRotation((angle, angle), interpolation=nearest, fill=fill), device="cpu")(x)
+        ties = _nearest_ties(96, 128, angle)
+        assert ties.float().mean() < 0.01
+        for i in range(len(x)):
+            ref = TF.rotate(x[i], angle, interpolation=nearest, fill=tv_fill)
+            assert (out[i] - ref).abs().amax(0)[~ties].max() < 1e-6, (i, angle)
 
 
 def test_rotation_fill_per_channel(small_photos, kernel_path):

@@ -222,7 +222,10 @@ def rotation_matrix(angle: Tensor, height: int, width: int, center: tuple[float,
     """``(B, 3, 3)`` output->input maps in ``grid_sample``'s normalized coordinates for a rotation
     by ``angle`` degrees (``(B,)``) counter-clockwise as torchvision's, about ``center`` (``(x, y)``
     in pixels from the top left corner, torchvision's) or, for ``None``, the image center."""
-    a = torch.deg2rad(angle.float())
+    # In float64, as torchvision computes it (MPS has none): a quarter turn's cosine is then 6e-17,
+    # not float32's 4e-8, which moved the source coordinates of a nearest rotation off the
+    # midpoints between pixels where they lie exactly (odd by even sizes): torchvision's pick there.
+    a = torch.deg2rad(torch.remainder(angle.to(torch.float32 if angle.device.type == "mps" else torch.float64), 360))
     cos, sin = torch.cos(a), torch.sin(a)
     zero, one = torch.zeros_like(cos), torch.ones_like(cos)
     # In pixel units (y down) the inverse map of a counter-clockwise turn is [[c, -s], [s, c]];
@@ -234,7 +237,7 @@ def rotation_matrix(angle: Tensor, height: int, width: int, center: tuple[float,
         shift_x = (cx - cos * cx + sin * cy) * (2 / width)
         shift_y = (cy - sin * cx - cos * cy) * (2 / height)
     rows = [cos, sin * (-height / width), shift_x, sin * (width / height), cos, shift_y, zero, zero, one]
-    return torch.stack(rows, -1).view(-1, 3, 3)
+    return torch.stack(rows, -1).view(-1, 3, 3).float()
 
 
 def flip_matrix(flip_x: Tensor | None, flip_y: Tensor | None, n: int, device) -> Tensor:
@@ -247,18 +250,22 @@ def flip_matrix(flip_x: Tensor | None, flip_y: Tensor | None, n: int, device) ->
     return m
 
 
-def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor | None = None, blend: bool = True) -> Tensor:
-    """Bilinear warp of ``(B, C, H, W)`` float images by ``(B, 3, 3)`` output->input matrices in
-    normalized coordinates; the output is contiguous, of the input's shape and dtype (half
-    precision inputs are sampled in float32).
+def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor | None = None, blend: bool = True,
+                nearest: bool = False) -> Tensor:
+    """Bilinear (or ``nearest``) warp of ``(B, C, H, W)`` float images by ``(B, 3, 3)``
+    output->input matrices in normalized coordinates; the output is contiguous, of the input's
+    shape and dtype (half precision inputs are sampled in float32).
 
     Area outside the source becomes ``fill`` (``(C,)``, ``None`` for 0) by torchvision's rule
     (``_apply_grid_transform``): ``out = mask * (img - fill) + fill``, ``mask`` being a ones image
     warped the same way. That mask is computed here in closed form rather than sampled: per axis,
     the bilinear weight that lands inside the image is ``clamp(0.5 + W / 2 * (1 - |g|), 0, 1)`` at
     normalized coordinate ``g``. With ``blend`` False and no ``fill`` (torchvision's ``fill=None``)
-    there is no such rule: what ``grid_sample`` reads with zero padding. A transposed input (as
-    :func:`resample_separable` returns) is read in place by swapping the grid's axes.
+    there is no such rule: what ``grid_sample`` reads with zero padding. ``nearest``: each output
+    pixel is the source pixel at its coordinates rounded half to even (``grid_sample``'s
+    nearest), ``fill`` where that pixel is outside the source (torchvision's nearest rule; no
+    ``blend``). A transposed input (as :func:`resample_separable` returns) is read in place by
+    swapping the grid's axes.
     """
     B, C, H, W = x.shape
     out_dtype = x.dtype
@@ -278,8 +285,12 @@ def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor | None = None, blend: bo
     grid[..., 1 if transposed else 0].copy_(gx)
     grid[..., 0 if transposed else 1].copy_(gy)
     src = x.transpose(-1, -2) if transposed else x
-    out = F.grid_sample(src, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
-    if fill is None and not blend:
+    out = F.grid_sample(src, grid, mode="nearest" if nearest else "bilinear", padding_mode="zeros",
+                        align_corners=False)
+    if nearest or (fill is None and not blend):
+        if nearest and fill is not None:  # the pixel read is outside: fill (it read 0)
+            inside = _nearest_inside(gx, W) & _nearest_inside(gy, H)
+            out = torch.where(inside.unsqueeze(1), out, fill.to(dtype=x.dtype, device=x.device).view(1, -1, 1, 1))
         return out.to(out_dtype)
     mask = gx.abs_().mul_(-W / 2).add_(0.5 + W / 2).clamp_(0, 1)
     mask *= gy.abs_().mul_(-H / 2).add_(0.5 + H / 2).clamp_(0, 1)
@@ -288,6 +299,13 @@ def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor | None = None, blend: bo
         return out.mul_(mask).to(out_dtype)
     fill = fill.to(dtype=x.dtype, device=x.device).view(1, -1, 1, 1)
     return (out - fill).mul_(mask).add_(fill).to(out_dtype)
+
+
+def _nearest_inside(g: Tensor, size: int) -> Tensor:
+    """Whether the pixel ``grid_sample`` reads nearest to normalized coordinate ``g`` lies inside
+    an axis of ``size`` pixels (its unnormalize, then round half to even)."""
+    index = torch.round(((g + 1) * size - 1) / 2)
+    return (index >= 0) & (index <= size - 1)
 
 
 def crop_or_pad(x: Tensor, top: int, left: int, height: int, width: int) -> Tensor:

@@ -114,15 +114,17 @@ def check_antialias(antialias) -> bool:
     return bool(antialias)
 
 
-def check_bilinear(interpolation, op: str) -> None:
-    """torchvision's ``interpolation`` argument, for code ported from it: gpuaug resamples
-    bilinearly only, so BILINEAR (the enum or its name) is accepted and anything else refused."""
+def check_interpolation(interpolation, op: str, modes: tuple[str, ...] = ("bilinear",)) -> str:
+    """torchvision's ``interpolation`` argument (an ``InterpolationMode`` or its value) -> the mode's
+    name, one of ``modes`` (gpuaug resamples bilinearly; RandomRotation takes nearest too);
+    ValueError for any other."""
     from torchvision.transforms import InterpolationMode
 
-    if interpolation == InterpolationMode.BILINEAR or interpolation == "bilinear":
-        return
-    raise ValueError(f"{op} resamples bilinearly only (interpolation=InterpolationMode.BILINEAR), got "
-                     f"interpolation={interpolation!r}")
+    for mode in modes:
+        if interpolation == InterpolationMode(mode) or interpolation == mode:
+            return mode
+    names = " or ".join(f"InterpolationMode.{m.upper()}" for m in modes)
+    raise ValueError(f"{op} takes interpolation={names}, got interpolation={interpolation!r}")
 
 
 def check_range(values, name: str) -> tuple[float, float]:

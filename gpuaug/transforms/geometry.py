@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from ..functional.geometry import PAD_MODES, flip_matrix, rotation_matrix
-from ._base import (Draw, Op, Params, Sizes, check_antialias, check_bilinear, check_probability, check_range,
+from ._base import (Draw, Op, Params, Sizes, check_antialias, check_interpolation, check_probability, check_range,
                     setup_size, to_device)
 
 
@@ -132,7 +132,7 @@ class RandomResizedCrop(GeometricOp):
     def __init__(self, size, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0), interpolation="bilinear",
                  antialias: bool = True):
         super().__init__()
-        check_bilinear(interpolation, "RandomResizedCrop")
+        check_interpolation(interpolation, "RandomResizedCrop")
         self.size = setup_size(size)
         if not isinstance(scale, Sequence) or len(scale) != 2:
             raise TypeError(f"Scale should be a sequence of two numbers (min, max), got {scale!r}")
@@ -207,7 +207,7 @@ class Resize(GeometricOp):
 
     def __init__(self, size, interpolation="bilinear", max_size=None, antialias: bool = True):
         super().__init__()
-        check_bilinear(interpolation, "Resize")
+        check_interpolation(interpolation, "Resize")
         if max_size is not None and (not isinstance(max_size, numbers.Integral) or isinstance(max_size, bool)
                                      or max_size <= 0):
             raise ValueError(f"max_size must be a positive integer or None, got {max_size!r}")
@@ -314,7 +314,8 @@ class RandomCrop(GeometricOp):
         fill: the value of ``padding_mode="constant"``'s padding: a number, or one number per
             channel, in the [0, 1] range of gpuaug's float images (torchvision's fill for uint8
             images is in 0-255: divide it by 255). A crop with ``fill != 0`` must be the only op
-            before RandomRotation that may pad (a CenterCrop larger than the image pads with 0).
+            before RandomRotation that may pad (a CenterCrop larger than the image pads with 0:
+            one after an op of a fixed size no smaller cannot).
         padding_mode: ``"constant"``, ``"edge"``, ``"reflect"`` or ``"symmetric"``, as torchvision
             pads. The last three copy the image's pixels into the padding (after a resize, the
             resized image's, as torchvision pads what the resize gave); such a crop must not sit
@@ -446,26 +447,29 @@ class RandomRotation(GeometricOp):
     """Rotate about the center (or ``center``) by an angle drawn uniformly from ``degrees``, per sample.
 
     Positive angles turn counter-clockwise (torchvision's convention); the output keeps the input
-    size (``expand=False``); uncovered corners get ``fill``. Sampling is bilinear (torchvision's
-    default is nearest). Applied at output resolution, after the crop and resize ops before it.
+    size (``expand=False``); uncovered corners get ``fill``. Applied at output resolution, after
+    the crop and resize ops before it.
 
     Args:
         degrees: a number ``d`` for ``[-d, d]`` (``d >= 0``), or ``(min, max)``.
-        interpolation, expand: torchvision's, for ported code: only BILINEAR (not torchvision's
-            NEAREST default) and ``expand=False``.
+        interpolation: ``InterpolationMode.BILINEAR`` (the default here; torchvision's is
+            NEAREST) or ``NEAREST`` (each output pixel the source pixel nearest its source
+            coordinate, as torchvision's; uncovered pixels get ``fill`` whole). Every
+            RandomRotation of a pipeline must use the same.
+        expand: ``False`` only (every sample would get its own size).
         center: ``(x, y)`` in pixels from the top left corner of the image being rotated (what
             the ops before it give), as torchvision's; ``None``: its center.
         fill: a number, or one number per channel, in the [0, 1] range of the images; or
             ``None``, torchvision's: what bilinear sampling with zero padding reads, without the
-            fill rule (which at ``fill=0`` darkens the edge pixels once more).
+            fill rule (which at ``fill=0`` darkens the edge pixels once more; nearest: the same as 0).
 
     Params: ``angle``: ``(B,)`` float32 degrees.
     """
 
     def __init__(self, degrees, interpolation="bilinear", expand: bool = False, center=None, fill=0):
         super().__init__()
-        # torchvision's default is NEAREST; gpuaug rotates bilinearly (see the README's differences).
-        check_bilinear(interpolation, "RandomRotation")
+        # torchvision's default is NEAREST; gpuaug's is bilinear (see the README's differences).
+        self.interpolation = check_interpolation(interpolation, "RandomRotation", ("bilinear", "nearest"))
         if expand:
             raise ValueError("RandomRotation keeps the image size: expand=True is not supported")
         if center is not None:  # torchvision's checks
@@ -490,7 +494,8 @@ class RandomRotation(GeometricOp):
 
     def extra_repr(self) -> str:
         center = "" if self.center is None else f", center={self.center}"
-        return f"degrees={self.degrees}{center}, fill={self.fill}"
+        nearest = ", interpolation=nearest" if self.interpolation == "nearest" else ""
+        return f"degrees={self.degrees}{nearest}{center}, fill={self.fill}"
 
     def make_params(self, draw: Draw) -> Params:
         return {"angle": draw.uniform(*self.degrees)}
