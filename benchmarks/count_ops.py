@@ -49,7 +49,7 @@ class _CountLaunches:
         return torch.empty_like(x)
 
     def resample_axes(self, x, axes, size, taps, dtype, scale=1.0, antialias=True, pad_mode="constant",
-                      pad_output=False):
+                      pad_output=False, cubic=False):
         self.launches += 2
         return torch.empty(x.shape[0], x.shape[1], *size, dtype=dtype)
 

@@ -252,13 +252,14 @@ if triton is not None:
     def _resample_kernel(src, out, axes, table, P, Q, limit, stride_n, stride_c, stride_p, stride_q, scale,
                          CHANNELS: tl.constexpr, TAPS: tl.constexpr, AXIS: tl.constexpr, RAGGED: tl.constexpr,
                          ANTIALIAS: tl.constexpr, PAD: tl.constexpr, PAD_OUTPUT: tl.constexpr,
-                         BLOCK: tl.constexpr):
+                         CUBIC: tl.constexpr, BLOCK: tl.constexpr):
         """Grid ``(tiles of P*Q, B*C)``: one pass of the separable resampling along ``AXIS``
         (0: rows, 1: columns) -> contiguous ``out[n, c, p, q]``, times ``scale``.
 
         Output coordinate ``o`` (``p`` for rows, ``q`` for columns) has its center at source
         ``s * (o + 0.5) + t`` and takes the triangle-filtered source (support ``max(|s|, 1)`` when
-        ``ANTIALIAS``, else 1) over the ``TAPS`` pixels from ``floor(center - support)``, those
+        ``ANTIALIAS``, else 1; ``CUBIC``: the cubic filter over twice that) over the ``TAPS``
+        pixels from ``floor(center - support)``, those
         outside the window ``[lo, hi)`` weighing 0, normalized, those outside ``[content_lo,
         content_hi)`` reading 0 (padding; ``PAD`` 1, 2, 3: the pixel torchvision's edge, reflect,
         symmetric padding copies there); outside ``[valid_lo, valid_hi)`` the output is 0, or, with
@@ -313,17 +314,25 @@ if triton is not None:
             support = tl.maximum(tl.abs(s), 1.0)
         else:
             support = 1.0
-        first = tl.floor(center - support)
+        if CUBIC:
+            first = tl.floor(center - 2.0 * support)
+        else:
+            first = tl.floor(center - support)
         total = tl.full([BLOCK], 0.0, tl.float32)
         weights = tl.full([BLOCK], 0.0, tl.float32)
         for k in tl.static_range(TAPS):
             at = first + k
-            w = tl.maximum(1.0 - tl.abs((at + 0.5 - center) / support), 0.0)
+            d = tl.abs((at + 0.5 - center) / support)
+            if CUBIC:  # gpuaug.functional.geometry.cubic_filter (negative lobes)
+                w = tl.where(d < 1.0, (1.5 * d - 2.5) * d * d + 1.0,
+                             tl.where(d < 2.0, ((-0.5 * d + 2.5) * d - 4.0) * d + 2.0, 0.0))
+            else:
+                w = tl.maximum(1.0 - d, 0.0)
             w = tl.where((at >= lo) & (at < hi), w, 0.0)
             if PAD == 0 or PAD_OUTPUT:  # padding reads as 0
-                read = mask & (w > 0.0) & (at >= content_lo) & (at < content_hi)
+                read = mask & (w != 0.0) & (at >= content_lo) & (at < content_hi)
             else:  # padding copies a pixel of the content
-                read = mask & (w > 0.0)
+                read = mask & (w != 0.0)
                 at = _pad_index(at, content_lo, content_hi, PAD)
             row = tl.minimum(tl.maximum(at, 0.0), limit_f - 1.0).to(tl.int64)
             total += w * tl.load(plane + fixed + row * step, mask=read, other=0).to(tl.float32)
@@ -450,7 +459,7 @@ def pack_images(images: list[Tensor] | PackedImages, device: torch.device) -> Pa
 
 def resample_axes(x: Tensor | Packed, axes: Tensor, size: tuple[int, int], taps: tuple[int, int],
                   dtype: torch.dtype, scale: float = 1.0, antialias: bool = True, pad_mode: str = "constant",
-                  pad_output: bool = False) -> Tensor:
+                  pad_output: bool = False, cubic: bool = False) -> Tensor:
     """Crop, resize and flip a batch through per-sample axis maps, in two launches (rows, then
     columns): :func:`gpuaug.functional.geometry.axis_taps` and ``resample_separable`` fused, the
     taps computed where they are used. Reads ``x`` (uint8 or float, any strides, or a ragged
@@ -468,6 +477,7 @@ def resample_axes(x: Tensor | Packed, axes: Tensor, size: tuple[int, int], taps:
             ``"reflect"``, ``"symmetric"`` (the pixel torchvision's padding copies there).
         pad_output: ``pad_mode`` pads the output instead (outside each axis's ``valid`` range, a
             crop that copies pixels after a resize); the window outside the content reads 0.
+        cubic: the bicubic filter (``axis_taps``' ``cubic``) instead of the triangle.
     """
     _require_triton()
     pad = PAD_MODES.index(pad_mode)
@@ -489,11 +499,11 @@ def resample_axes(x: Tensor | Packed, axes: Tensor, size: tuple[int, int], taps:
     _resample_kernel[(triton.cdiv(h * W, GEOMETRY_BLOCK), B * C)](
         src, tmp, axes, x.table if ragged else axes, h, W, H, *strides, 1.0,
         CHANNELS=C, TAPS=ky, AXIS=0, RAGGED=ragged, ANTIALIAS=antialias, PAD=pad,
-        PAD_OUTPUT=bool(pad_output), BLOCK=GEOMETRY_BLOCK)
+        PAD_OUTPUT=bool(pad_output), CUBIC=bool(cubic), BLOCK=GEOMETRY_BLOCK)
     _resample_kernel[(triton.cdiv(h * w, GEOMETRY_BLOCK), B * C)](
         tmp, out, axes, axes, h, w, W, *tmp.stride(), float(scale),
         CHANNELS=C, TAPS=kx, AXIS=1, RAGGED=False, ANTIALIAS=antialias, PAD=pad,
-        PAD_OUTPUT=bool(pad_output), BLOCK=GEOMETRY_BLOCK)
+        PAD_OUTPUT=bool(pad_output), CUBIC=bool(cubic), BLOCK=GEOMETRY_BLOCK)
     return out
 
 

@@ -126,6 +126,10 @@ class Pipeline(nn.Module):
                     f"RandomCrop({what}) between two resizes is not supported: its padding copies pixels of the "
                     f"first resize's output, which gpuaug does not compute (it resamples the source once); "
                     f"got {[type(o).__name__ for o in ops]}")
+        filters = {op.interpolation for op in ops[:first_rotation] if isinstance(op, (Resize, RandomResizedCrop))}
+        if len(filters) > 1:  # they are one resampling
+            raise ValueError(f"the resize ops before RandomRotation are one resampling and must share their "
+                             f"interpolation, got {sorted(filters)}")
         rotations = {op.interpolation for op in ops if isinstance(op, RandomRotation)}
         if len(rotations) > 1:  # they are one warp
             raise ValueError(f"the RandomRotations of a pipeline must share their interpolation, got {sorted(rotations)}")
@@ -324,16 +328,19 @@ class Pipeline(nn.Module):
                     f"RandomCrop, CenterCrop or Resize((h, w)) before any RandomRotation); this one gives sizes "
                     f"{sorted(set(s.per_image))[:4]}...")
             aa = all(getattr(self.ops[i], "antialias", True) for i in self._resample_at)
+            cubic = any(getattr(self.ops[i], "interpolation", None) == "bicubic" for i in self._resample_at)
             (h, w) = s.uniform
             plan["size"] = (h, w)
             # Per axis (y, x): scale, offset, window lo/hi, valid lo/hi, content lo/hi, each (n, 2).
             maps = [t.expand(n, 2) for t in (axes.scale, axes.offset, *axes.window, *axes.valid, *axes.content)]
-            plan["resample"] = {"maps": maps, "taps": (tap_count(zoom_y, aa), tap_count(zoom_x, aa)),
+            plan["resample"] = {"maps": maps, "taps": (tap_count(zoom_y, aa, cubic), tap_count(zoom_x, aa, cubic)),
                                 "antialias": aa, "source": sizes.max(), "pad_mode": axes.pad_mode,
-                                "pad_output": axes.pad_output}
+                                "pad_output": axes.pad_output, "cubic": cubic}
             if kernels is not None:
                 plan["axes"] = torch.stack(maps, -1)  # (n, 2, 8), as gpu_kernels.resample_axes reads it
-            elif cpu.own_path(self.device) and aa and uint8:
+            elif cpu.own_path(self.device) and aa and uint8 and not cubic:
+                # (Not for bicubic: torch's uint8 bicubic rounds and clamps between its two passes,
+                # up to 44/255 from the float result on noise; the CPU computes what CUDA does.)
                 scale, offset, lo, hi, valid_lo, valid_hi, content_lo, content_hi = maps
                 ys, xs = (crop_boxes(scale[:, a], offset[:, a], (lo[:, a], hi[:, a]), (valid_lo[:, a], valid_hi[:, a]),
                                      length, (content_lo[:, a], content_hi[:, a]))
@@ -422,7 +429,7 @@ class Pipeline(nn.Module):
             if plan["axes"] is not None:  # CUDA: two Triton launches, uint8 read as is
                 r = plan["resample"]
                 resampled = kernels.guarded(kernels.resample_axes, x, _take(plan["axes"], part), plan["size"], r["taps"],
-                                            dt, unit, r["antialias"], r["pad_mode"], r["pad_output"])
+                                            dt, unit, r["antialias"], r["pad_mode"], r["pad_output"], r["cubic"])
                 if resampled is None and plan["rows"] is None:  # the kernels failed: taps for torch's
                     plan["rows"], plan["cols"] = _filter_taps(r, plan["size"])
                 if resampled is None and packed:  # and torch's kernels read a padded batch
@@ -446,6 +453,9 @@ class Pipeline(nn.Module):
             fill, rows, cols = plan["pad_fill"]
             read = _take(rows, part)[:, None, :, None] * _take(cols, part)[:, None, None, :]
             x = x.add_((1 - read).to(x.dtype) * fill.to(x.dtype).view(1, -1, 1, 1))
+        if plan["resample"] is not None and plan["resample"]["cubic"]:
+            # Bicubic overshoots: gpuaug's images stay in [0, 1] (torchvision clamps uint8, not float).
+            x = x.clamp_(0, 1)
         if warp is not None:
             kernels = plan["kernels"]
             how = (plan["fill"], plan["blend"], plan["nearest"])
@@ -539,7 +549,7 @@ def _filter_taps(resample: dict, size: tuple[int, int]) -> tuple[tuple[Tensor, T
     (h, w), (H, W), (ky, kx) = size, resample["source"], resample["taps"]
     index, weight = axis_taps(scale, offset, (lo, hi), (valid_lo, valid_hi), max(h, w), max(H, W), max(ky, kx),
                               resample["antialias"], (content_lo, content_hi), resample["pad_mode"],
-                              resample["pad_output"])
+                              resample["pad_output"], resample["cubic"])
     return (index[:, 0, :h, :ky], weight[:, 0, :h, :ky]), (index[:, 1, :w, :kx], weight[:, 1, :w, :kx])
 
 

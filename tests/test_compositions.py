@@ -1,7 +1,7 @@
 """Random compositions of ops against torchvision's functional chain, sample by sample.
 
 Each case draws a pipeline (crops that pad with zeros or copied pixels (of the image or of a
-resized one), resizes, flips, a bilinear or nearest rotation
+resized one), bilinear or bicubic resizes, flips, a bilinear or nearest rotation
 with the crop after it, color jitter, grayscale, normalize, in any order the pipeline takes) and
 photos of random sizes, runs it, and replays each sample's drawn parameters through
 ``torchvision.transforms.v2.functional``.
@@ -27,13 +27,14 @@ COLOR_KERNELS = [TF.adjust_brightness, TF.adjust_contrast, TF.adjust_saturation,
 
 def _ops(rng: random.Random) -> list:
     ops, resized = [], False
+    filt = rng.choice(["bilinear", "bilinear", "bicubic"])  # of the resize ops: one filter
     copying = rng.random() < 0.25  # a crop whose padding copies pixels: the only padding op then
     if copying:
         side = 40
         if rng.random() < 0.5:  # after a resize (+ a flip): it copies resized pixels, no resize follows
             side = rng.randint(12, 80)
-            ops.append(ga.RandomResizedCrop((side, side + rng.randint(0, 20))) if rng.random() < 0.5 else
-                       ga.Resize(side) if rng.random() < 0.5 else ga.Resize((side, side + 10)))
+            ops.append(ga.RandomResizedCrop((side, side + rng.randint(0, 20)), interpolation=filt) if rng.random() < 0.5
+                       else ga.Resize(side, filt) if rng.random() < 0.5 else ga.Resize((side, side + 10), filt))
             ops += [ga.RandomVerticalFlip()] if rng.random() < 0.4 else []
             resized = True
         mode = rng.choice(["edge", "reflect", "symmetric"])
@@ -46,8 +47,8 @@ def _ops(rng: random.Random) -> list:
         kind = rng.choice(kinds)
         resized = resized or kind in ("resized crop", "resize")
         ops.append({
-            "resized crop": lambda: ga.RandomResizedCrop(size),
-            "resize": lambda: ga.Resize(size if rng.random() < 0.5 else size[0]),
+            "resized crop": lambda: ga.RandomResizedCrop(size, interpolation=filt),
+            "resize": lambda: ga.Resize(size if rng.random() < 0.5 else size[0], filt),
             "center": lambda: ga.CenterCrop(size),
             "random crop": lambda: ga.RandomCrop(size, padding=rng.randint(0, 6), pad_if_needed=True),
             "hflip": lambda: ga.RandomHorizontalFlip(),
@@ -74,9 +75,12 @@ def _torchvision(x: torch.Tensor, ops: list, params: list, i: int) -> torch.Tens
     for op, p in zip(ops, params):
         if isinstance(op, ga.RandomResizedCrop):
             x = TF.resized_crop(x, *(int(p[k][i]) for k in ("top", "left", "height", "width")), list(op.size),
-                                antialias=True)
+                                interpolation=InterpolationMode(op.interpolation), antialias=True)
+            x = x.clamp(0, 1) if op.interpolation == "bicubic" else x  # gpuaug clamps the overshoot (README)
         elif isinstance(op, ga.Resize):
-            x = TF.resize(x, [op.size] if isinstance(op.size, int) else list(op.size), antialias=True)
+            x = TF.resize(x, [op.size] if isinstance(op.size, int) else list(op.size),
+                          interpolation=InterpolationMode(op.interpolation), antialias=True)
+            x = x.clamp(0, 1) if op.interpolation == "bicubic" else x
         elif isinstance(op, ga.RandomCrop):
             tv = v2.RandomCrop(op.size, padding=list(op.padding) if any(op.padding) else None,  # the same 4-form
                                pad_if_needed=op.pad_if_needed).make_params([x])  # its padding rule

@@ -39,9 +39,10 @@ def test_float16_on_cuda_within_4_of_255_of_float32_on_cpu(photos, monkeypatch):
     lambda: [ga.Resize((96, 128)), ga.RandomRotation(30, center=(20, 30), fill=None), ga.RandomHorizontalFlip()],
     lambda: [ga.RandomResizedCrop((96, 128)), ga.RandomCrop((90, 120), padding=(20, 16), padding_mode="symmetric"),
              ga.RandomVerticalFlip()],
+    lambda: [ga.RandomCrop((300, 420), padding=(12, 9), fill=0.3), ga.Resize((96, 128), "bicubic")],
 ], ids=["random crop padding, resize", "center crop padding, resize", "resize, random crop padding, rotation",
         "reflect padding, resize", "edge padding", "fill padding, resize, rotation", "rotation about a point, fill None",
-        "resized crop, symmetric padding of it"])
+        "resized crop, symmetric padding of it", "fill padding, bicubic resize"])
 def test_padding_crops_on_cuda_match_the_cpu(photos, monkeypatch, steps):
     """The compiled resampling kernel's content mask (padding read as 0, blended by a later resize)
     against the same map on the CPU, float32 both sides."""

@@ -75,7 +75,7 @@ class _TritonStub:
 
     @staticmethod
     def resample_axes(x, axes, size, taps, dtype, scale=1.0, antialias=True, pad_mode="constant",
-                      pad_output=False):
+                      pad_output=False, cubic=False):
         src = x.flat if isinstance(x, gpu_kernels.Packed) else x
         assert src.device.type == axes.device.type == "cuda" and axes.shape == (x.shape[0], 2, 8)
         assert axes.dtype == torch.float32 and all(isinstance(v, int) for v in (*size, *taps))

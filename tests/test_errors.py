@@ -156,7 +156,11 @@ def test_bad_op_arguments_raise_what_torchvision_raises(name, args, kwargs):
         (lambda: ga.Pipeline(ga.RandomResizedCrop(32), device="cpu").manual_seed(None), TypeError),
         (lambda: ga.Pipeline(ga.RandomResizedCrop(32), device="cpu").to(torch.int32), TypeError),
         (lambda: ga.Pipeline(ga.RandomResizedCrop(32), device="tpu"), ValueError),
-        (lambda: ga.Resize(256, interpolation=v2.InterpolationMode.BICUBIC), ValueError),
+        (lambda: ga.Resize(256, interpolation=v2.InterpolationMode.NEAREST), ValueError),  # bilinear or bicubic
+        (lambda: ga.Resize(256, interpolation=v2.InterpolationMode.BICUBIC, antialias=False), ValueError),
+        (lambda: ga.RandomResizedCrop(224, interpolation=v2.InterpolationMode.BICUBIC, antialias=None), ValueError),
+        (lambda: ga.Pipeline(ga.Resize(256), ga.RandomResizedCrop(224, interpolation=v2.InterpolationMode.BICUBIC),
+                             device="cpu"), ValueError),  # one resampling: one filter
         (lambda: ga.RandomResizedCrop(224, interpolation=v2.InterpolationMode.NEAREST), ValueError),
         (lambda: ga.RandomRotation(15, v2.InterpolationMode.BICUBIC), ValueError),  # bilinear or nearest only
         (lambda: ga.RandomRotation(15, "nearest-exact"), ValueError),

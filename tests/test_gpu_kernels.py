@@ -156,11 +156,11 @@ def _axes(n: int, src: int, out: int, seed: int) -> torch.Tensor:
     return torch.stack([scale, offset, *window, *valid, *content], -1)
 
 
-def _reference(x, axes, size, taps, antialias=True, pad_mode="constant", pad_output=False):
+def _reference(x, axes, size, taps, antialias=True, pad_mode="constant", pad_output=False, cubic=False):
     """The torch path: axis_taps for each axis, then resample_separable."""
     (h, w), (H, W) = size, x.shape[-2:]
     rows, cols = (gaG.axis_taps(*axes[:, a, :2].unbind(1), axes[:, a, 2:4].unbind(1), axes[:, a, 4:6].unbind(1),
-                                length, source, k, antialias, axes[:, a, 6:8].unbind(1), pad_mode, pad_output)
+                                length, source, k, antialias, axes[:, a, 6:8].unbind(1), pad_mode, pad_output, cubic)
                   for a, length, source, k in ((0, h, H, taps[0]), (1, w, W, taps[1])))
     return gaG.resample_separable(x.float(), rows, cols).contiguous()
 
@@ -202,6 +202,28 @@ def test_resampling_copies_output_pixels_into_the_outputs_padding(kernel, mode):
         kernel.resample_axes(x, axes, (24, 24), taps, torch.float32, 1.0, True, "constant", True)
     with pytest.raises(ValueError, match="pad_output needs a pad_mode that copies"):
         _reference(x, axes, (24, 24), taps, True, "constant", True)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float16])
+def test_bicubic_resampling_matches_axis_taps(kernel, dtype):
+    """``cubic``: the bicubic filter (negative lobes: taps of negative weight are read too), down
+    (61 -> 24) and up (20 -> 24), padding and mirrored maps included."""
+    g = torch.Generator().manual_seed(17)
+    for src, axes in ((61, _axes(4, 61, 24, seed=18)), (20, _axes(4, 20, 24, seed=19))):
+        # The window is the whole crop (as the pipeline plans it: every output pixel's center inside),
+        # not _axes' clamped one: a filter whose center lies outside its window sums its negative
+        # lobes alone, to about 0 (the triangle's is 0, and that pixel padding).
+        ends = torch.stack([axes[..., 1], axes[..., 1] + axes[..., 0] * 24])
+        axes[..., 2], axes[..., 3] = ends.amin(0), ends.amax(0)
+        x = torch.randint(0, 256, (4, 3, src, src), generator=g, dtype=torch.uint8)
+        x = x if dtype == torch.uint8 else (x.to(dtype) / 255)
+        scale = 1 / 255 if dtype == torch.uint8 else 1.0
+        taps = (gaG.tap_count(src / 8, cubic=True),) * 2
+        out = kernel.resample_axes(x, axes, (24, 24), taps, torch.float32, scale, True, "constant", False, True)
+        ref = _reference(x.float() * scale, axes, (24, 24), taps, cubic=True)
+        assert (out - ref).abs().max() < 1e-5
+        bilinear = _reference(x.float() * scale, axes, (24, 24), taps)
+        assert (ref - bilinear).abs().max() > 0.05 and (ref.amin() < 0 or ref.amax() > 1)  # another filter: overshoot
 
 
 def test_resampling_without_antialias_any_layout_and_shapes(kernel):
@@ -326,13 +348,14 @@ def test_kernels_compile_for_the_gpus_we_target(arch):
                   "P": "i32", "Q": "i32", "limit": "i32", "stride_n": "i32", "stride_c": "i32", "stride_p": "i32",
                   "scale": "fp32"},
                  {"CHANNELS": channels, "TAPS": 5, "AXIS": channels % 2, "RAGGED": False, "ANTIALIAS": dtype != "bf16",
-                  "PAD": {"fp16": 0, "bf16": 2, "fp32": 3}[dtype], "PAD_OUTPUT": dtype == "fp32", "stride_q": 1}),
+                  "PAD": {"fp16": 0, "bf16": 2, "fp32": 3}[dtype], "PAD_OUTPUT": dtype == "fp32", "CUBIC": dtype != "bf16",
+                  "stride_q": 1}),
                 (gpu_kernels._resample_kernel,
                  {"src": "*u8" if dtype == "fp16" else f"*{dtype}", "out": f"*{dtype}", "axes": "*fp32", "table": "*i64",
                   "P": "i32", "Q": "i32", "limit": "i32", "stride_n": "i32", "stride_c": "i32", "stride_p": "i32",
                   "stride_q": "i32", "scale": "fp32"},
                  {"CHANNELS": channels, "TAPS": 5, "AXIS": 0, "RAGGED": True, "ANTIALIAS": True, "PAD": channels % 2,
-                  "PAD_OUTPUT": channels == 1}),
+                  "PAD_OUTPUT": channels == 1, "CUBIC": channels == 3}),
                 (gpu_kernels._warp_kernel,
                  {**images, "matrix": "*fp32", "fill": "*fp32", "H": "i32", "W": "i32", "stride_n": "i32",
                   "stride_c": "i32", "stride_h": "i32", "stride_w": "i32"},

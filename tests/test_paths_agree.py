@@ -20,9 +20,10 @@ PATHS = ["cpu fused", "cpu chunks", "one pass", "cuda kernels"]
 
 def _ops(rng: random.Random) -> list:
     ops = []
+    filt = rng.choice(["bilinear", "bilinear", "bicubic"])  # of the resize ops: one filter
     if rng.random() < 0.2:  # a crop that copies resized pixels into its padding (no resize after it)
         size = (rng.randint(2, 50), rng.randint(2, 50))
-        ops.append(ga.RandomResizedCrop(size) if rng.random() < 0.5 else ga.Resize(size))
+        ops.append(ga.RandomResizedCrop(size, interpolation=filt) if rng.random() < 0.5 else ga.Resize(size, filt))
         ops += [ga.RandomVerticalFlip()] if rng.random() < 0.5 else []
         ops.append(ga.RandomCrop((rng.randint(1, 50), rng.randint(1, 50)), padding=rng.randint(0, 3), pad_if_needed=True,
                                  padding_mode=rng.choice(["edge", "reflect", "symmetric"])))
@@ -30,9 +31,9 @@ def _ops(rng: random.Random) -> list:
     for _ in range(0 if ops else rng.randint(0, 3)):
         size = (rng.randint(1, 50), rng.randint(1, 50))  # often larger than the image: padding
         ops.append(rng.choice([
-            lambda: ga.RandomResizedCrop(size, scale=(rng.uniform(0.01, 0.5), 1.0)),
-            lambda: ga.Resize(size if rng.random() < 0.5 else size[0]),
-            lambda: ga.Resize(size[0], max_size=size[0] + rng.randint(1, 10)),
+            lambda: ga.RandomResizedCrop(size, scale=(rng.uniform(0.01, 0.5), 1.0), interpolation=filt),
+            lambda: ga.Resize(size if rng.random() < 0.5 else size[0], filt),
+            lambda: ga.Resize(size[0], filt, max_size=size[0] + rng.randint(1, 10)),
             lambda: ga.CenterCrop(size),
             lambda: ga.RandomCrop(size, padding=rng.randint(0, 5), pad_if_needed=True),
             lambda: ga.RandomHorizontalFlip(),

@@ -180,6 +180,39 @@ def test_resize_then_center_crop_on_a_ragged_list(photos, kernel_path):
             assert (out[i] - to_float(TF.center_crop(TF.resize(img, 256, antialias=True), [224, 224]))).abs().max() < 1e-6
 
 
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+def test_bicubic_resized_crops_and_resize_per_sample(photos, kernel_path, dtype):
+    """interpolation=BICUBIC (antialiased): resized crops per sample, down and up, and the validation
+    transform, on every path in float, clamped to [0, 1] (as torchvision computes a uint8 image on
+    CUDA; its CPU uint8 kernel clamps between its two passes too, and it does not clamp a float
+    image's overshoot: the README states both)."""
+    bicubic = InterpolationMode.BICUBIC
+    images = photos * 2 if dtype == torch.uint8 else [to_float(p) for p in photos * 2]
+
+    overshoot = []
+
+    def reference(img, resize):
+        ref = resize(to_float(img) if dtype == torch.uint8 else img)
+        overshoot.append(bool(ref.amin() < 0 or ref.amax() > 1))
+        return ref.clamp(0, 1)
+
+    ops = [ga.RandomResizedCrop((120, 150), scale=(0.02, 1.0), interpolation=bicubic), ga.RandomHorizontalFlip()]
+    out, params = run(ops, images, seed=17)
+    scales = []
+    for i, img in enumerate(images):
+        box = [int(params[0][k][i]) for k in ("top", "left", "height", "width")]
+        scales.append(box[2] / 120)
+        ref = reference(img, lambda t: TF.resized_crop(t, *box, [120, 150], interpolation=bicubic, antialias=True))
+        ref = TF.horizontal_flip(ref) if params[1]["flip"][i] else ref
+        assert (out[i] - ref).abs().max() < 1e-4, (i, box)
+    assert min(scales) < 1 < max(scales)  # up and down
+    assert out.amin() >= 0 and out.amax() <= 1 and sum(overshoot) > len(images) // 2  # clamped where it overshot
+    out = ga.Pipeline(ga.Resize(100, interpolation=bicubic), ga.CenterCrop(96), device="cpu")(images)
+    for i, img in enumerate(images):
+        ref = reference(img, lambda t: TF.center_crop(TF.resize(t, 100, interpolation=bicubic, antialias=True), [96, 96]))
+        assert (out[i] - ref).abs().max() < 1e-4, i
+
+
 def random_crop_reference(img, top, left, kwargs):
     """torchvision's RandomCrop transform for a corner given in image coordinates: its own padding
     rule (make_params' ``padding``, deterministic), F.pad with zeros, then F.crop."""

@@ -24,10 +24,19 @@ from torch import Tensor
 from ..native import channels_last
 
 
-def tap_count(max_scale: float, antialias: bool = True) -> int:
+def tap_count(max_scale: float, antialias: bool = True, cubic: bool = False) -> int:
     """Taps per output pixel that cover the filter at any scale up to ``max_scale`` (host int)."""
-    support = max(max_scale, 1.0) if antialias else 1.0
+    support = (max(max_scale, 1.0) if antialias else 1.0) * (2 if cubic else 1)
     return int(math.floor(2 * support)) + 2
+
+
+def cubic_filter(d: Tensor) -> Tensor:
+    """Keys' cubic convolution kernel with ``a = -0.5`` at distance ``d`` (in filter units): the
+    filter of torch's antialiased bicubic resize (PIL's), 0 from ``|d| = 2``; negative lobes."""
+    d = d.abs()
+    near = (1.5 * d - 2.5) * d * d + 1
+    far = ((-0.5 * d + 2.5) * d - 4) * d + 2
+    return torch.where(d < 1, near, torch.where(d < 2, far, torch.zeros_like(d)))
 
 
 # How the pixels of the filter window outside the content read (torchvision's padding modes).
@@ -59,6 +68,7 @@ def axis_taps(
     content: tuple[Tensor, Tensor] | None = None,
     pad_mode: str = "constant",
     pad_output: bool = False,
+    cubic: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """Source indices and weights that resample one axis, per sample.
 
@@ -71,7 +81,9 @@ def axis_taps(
     another ``pad_mode``, as the pixel that mode copies there (:func:`pad_index`).
     Output pixels outside ``valid`` (padding) get zero weight, or with ``pad_output`` (a crop that
     copies pixels after a resize) the taps of the output pixel inside ``valid`` that ``pad_mode``
-    copies there (the content then needs no padding of its own).
+    copies there (the content then needs no padding of its own). ``cubic``: the filter is
+    :func:`cubic_filter` of ``d / support`` over ``2 * support`` on each side (torch's antialiased
+    bicubic, ``F.resize(..., BICUBIC, antialias=True)``) instead of the triangle.
 
     Args:
         scale, offset: ``(B,)`` float, source pixels per output pixel and the shift; any leading
@@ -99,9 +111,10 @@ def axis_taps(
     o = o + 0.5  # pixel centers
     center = scale * o + offset  # (..., out)
     support = scale.abs().clamp(min=1.0) if antialias else torch.ones_like(scale)
-    first = torch.floor(center - support)
+    first = torch.floor(center - support * (2 if cubic else 1))
     index = first.unsqueeze(-1) + torch.arange(taps, device=dev, dtype=torch.float32)
-    weight = (1 - ((index + 0.5 - center.unsqueeze(-1)) / support.unsqueeze(-1)).abs()).clamp_(min=0)
+    d = (index + 0.5 - center.unsqueeze(-1)) / support.unsqueeze(-1)
+    weight = cubic_filter(d) if cubic else (1 - d.abs()).clamp_(min=0)
     lo, hi = (w.float()[..., None, None] for w in window)
     weight = weight * ((index >= lo) & (index < hi))
     inside = ((o >= vlo) & (o < vhi)).unsqueeze(-1)

@@ -116,8 +116,8 @@ def check_antialias(antialias) -> bool:
 
 def check_interpolation(interpolation, op: str, modes: tuple[str, ...] = ("bilinear",)) -> str:
     """torchvision's ``interpolation`` argument (an ``InterpolationMode`` or its value) -> the mode's
-    name, one of ``modes`` (gpuaug resamples bilinearly; RandomRotation takes nearest too);
-    ValueError for any other."""
+    name, one of ``modes`` (resize ops take bicubic too, RandomRotation nearest); ValueError for
+    any other."""
     from torchvision.transforms import InterpolationMode
 
     for mode in modes:
@@ -125,6 +125,17 @@ def check_interpolation(interpolation, op: str, modes: tuple[str, ...] = ("bilin
             return mode
     names = " or ".join(f"InterpolationMode.{m.upper()}" for m in modes)
     raise ValueError(f"{op} takes interpolation={names}, got interpolation={interpolation!r}")
+
+
+def check_resize_filter(interpolation, antialias, op: str) -> tuple[str, bool]:
+    """A resize op's ``interpolation`` (BILINEAR or BICUBIC) and ``antialias`` -> both checked.
+    Bicubic needs ``antialias=True``: without it torch's bicubic is another filter (``a = -0.75``,
+    edge pixels repeated) that gpuaug does not compute."""
+    mode, antialias = check_interpolation(interpolation, op, ("bilinear", "bicubic")), check_antialias(antialias)
+    if mode == "bicubic" and not antialias:
+        raise ValueError(f"{op}(interpolation=BICUBIC) needs antialias=True (torchvision's default): the "
+                         f"non-antialiased bicubic filter is not supported")
+    return mode, antialias
 
 
 def check_range(values, name: str) -> tuple[float, float]:

@@ -16,7 +16,8 @@ import torch
 from torch import Tensor
 
 from ..functional.geometry import PAD_MODES, flip_matrix, rotation_matrix
-from ._base import (Draw, Op, Params, Sizes, check_antialias, check_interpolation, check_probability, check_range,
+from ._base import (Draw, Op, Params, Sizes, check_interpolation, check_probability,
+                    check_resize_filter, check_range,
                     setup_size, to_device)
 
 
@@ -123,7 +124,9 @@ class RandomResizedCrop(GeometricOp):
         size: output ``(h, w)``, or an int for a square.
         scale: range of the crop's area as a fraction of the image area.
         ratio: range of the crop's width / height.
-        interpolation: BILINEAR only (taken for code ported from torchvision).
+        interpolation: ``InterpolationMode.BILINEAR`` or ``BICUBIC`` (torchvision's filters;
+            bicubic needs ``antialias=True``; its overshoot is clamped to [0, 1], as torchvision
+            clamps a uint8 image's, not a float one's).
         antialias: filter when downscaling (torchvision's ``antialias=True``).
 
     Params: ``top``, ``left``, ``height``, ``width``: ``(B,)`` float32 holding integers.
@@ -132,7 +135,7 @@ class RandomResizedCrop(GeometricOp):
     def __init__(self, size, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0), interpolation="bilinear",
                  antialias: bool = True):
         super().__init__()
-        check_interpolation(interpolation, "RandomResizedCrop")
+        self.interpolation, antialias = check_resize_filter(interpolation, antialias, "RandomResizedCrop")
         self.size = setup_size(size)
         if not isinstance(scale, Sequence) or len(scale) != 2:
             raise TypeError(f"Scale should be a sequence of two numbers (min, max), got {scale!r}")
@@ -141,10 +144,12 @@ class RandomResizedCrop(GeometricOp):
         scale, ratio = check_range(scale, "scale"), check_range(ratio, "ratio")
         if scale[0] <= 0 or ratio[0] <= 0:
             raise ValueError(f"scale and ratio must be positive, got scale={scale}, ratio={ratio}")
-        self.scale, self.ratio, self.antialias = scale, ratio, check_antialias(antialias)
+        self.scale, self.ratio, self.antialias = scale, ratio, antialias
 
     def extra_repr(self) -> str:
-        return f"size={self.size}, scale={self.scale}, ratio={tuple(round(r, 4) for r in self.ratio)}, antialias={self.antialias}"
+        cubic = ", interpolation=bicubic" if self.interpolation == "bicubic" else ""
+        return (f"size={self.size}, scale={self.scale}, ratio={tuple(round(r, 4) for r in self.ratio)}{cubic}, "
+                f"antialias={self.antialias}")
 
     def output_sizes(self, sizes: Sizes) -> Sizes:
         return Sizes(uniform=self.size)
@@ -195,11 +200,13 @@ class Resize(GeometricOp):
     """Resize to ``size``: an int sets the shorter side (aspect ratio kept, the longer side
     truncated as torchvision's ``int(size * long / short)``), ``(h, w)`` sets both.
 
-    Antialiased bilinear, equal to torchvision's ``F.resize(..., antialias=True)``. No params.
-    ``interpolation`` is taken for ported code (BILINEAR only).
+    Antialiased bilinear (or bicubic), equal to torchvision's ``F.resize(..., antialias=True)``.
+    No params.
 
     Args:
         size: an int (or ``[s]``): the shorter side; ``(h, w)``; or ``None`` with ``max_size``.
+        interpolation: ``InterpolationMode.BILINEAR`` or ``BICUBIC``, as
+            :class:`RandomResizedCrop` takes them.
         max_size: as torchvision's: with an int ``size``, the longer side's bound (the image is
             scaled down further, aspect kept, where the longer side would pass it; it must be
             larger than ``size``); with ``size=None``, the longer side itself.
@@ -207,7 +214,7 @@ class Resize(GeometricOp):
 
     def __init__(self, size, interpolation="bilinear", max_size=None, antialias: bool = True):
         super().__init__()
-        check_interpolation(interpolation, "Resize")
+        self.interpolation, antialias = check_resize_filter(interpolation, antialias, "Resize")
         if max_size is not None and (not isinstance(max_size, numbers.Integral) or isinstance(max_size, bool)
                                      or max_size <= 0):
             raise ValueError(f"max_size must be a positive integer or None, got {max_size!r}")
@@ -231,11 +238,12 @@ class Resize(GeometricOp):
                 if self.max_size is not None:  # torchvision's error
                     raise ValueError("max_size should only be passed if size is None or specifies the length of "
                                      f"the smaller edge, i.e. an int; got size={size}")
-        self.antialias = check_antialias(antialias)
+        self.antialias = antialias
 
     def extra_repr(self) -> str:
         bound = "" if self.max_size is None else f", max_size={self.max_size}"
-        return f"size={self.size}{bound}, antialias={self.antialias}"
+        cubic = ", interpolation=bicubic" if self.interpolation == "bicubic" else ""
+        return f"size={self.size}{bound}{cubic}, antialias={self.antialias}"
 
     def _out(self, hw: tuple[int, int]) -> tuple[int, int]:
         """torchvision's ``_compute_resized_output_size``."""
