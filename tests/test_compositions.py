@@ -118,7 +118,9 @@ def test_random_composition_equals_torchvision_per_sample(photos, case):
         assert "fixed output size" in str(e) and isinstance(images, list), (e, ops)
         return
     rotated = any(isinstance(op, ga.RandomRotation) for op in ops)
-    tol = 3 / 255 / (min(ga.IMAGENET_STD) if isinstance(ops[-1] if ops else None, ga.Normalize) else 1)
+    # Float in, float kernels on both sides: they differ by float rounding only (0.0027/255 at most
+    # over cases 0-199), so anything near a level of an 8-bit image is a real difference.
+    tol = 0.1 / 255 / (min(ga.IMAGENET_STD) if isinstance(ops[-1] if ops else None, ga.Normalize) else 1)
     for i in range(len(images)):
         ref = _torchvision(images[i], ops, params, i)
         assert out[i].shape == ref.shape, (i, ops)
