@@ -16,7 +16,10 @@ import gpuaug.functional as gaF
 import gpuaug.pipeline as pipeline_module
 from conftest import central_disc, psnr, to_float
 
-COLOR_TOL = 2 / 255
+# The bar for color ops is 2/255 in float32; on float input both sides are float kernels
+# that agree to rounding (every color case passes at 0.01/255 on all four paths), so the bar here
+# is 0.1/255: a real difference shows.
+COLOR_TOL = 0.1 / 255
 
 
 def run(ops, images, **kw):
