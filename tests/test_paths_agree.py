@@ -1,7 +1,7 @@
 """Random pipelines on random inputs give the same output on every kernel path.
 
 The reference tests pin each op against torchvision on photos; this one walks the corners they do
-not (1-pixel images and crops, padding then resizing, resizing then copying padding, clips, ragged lists, one channel, every op
+not (1-pixel images and crops, padding (zeros or a fill) then resizing, resizing then copying padding, clips, ragged lists, one channel, every op
 order the pipeline takes), drawing seeded cases and running each through the four ways a batch can
 go (see ``kernel_path`` in test_reference.py). A difference is a bug in one path; an error must be
 the same ValueError/TypeError on all four.
@@ -35,7 +35,7 @@ def _ops(rng: random.Random) -> list:
             lambda: ga.Resize(size if rng.random() < 0.5 else size[0], filt),
             lambda: ga.Resize(size[0], filt, max_size=size[0] + rng.randint(1, 10)),
             lambda: ga.CenterCrop(size),
-            lambda: ga.RandomCrop(size, padding=rng.randint(0, 5), pad_if_needed=True),
+            lambda: ga.RandomCrop(size, padding=rng.randint(0, 5), pad_if_needed=True, fill=rng.choice([0, 0, 0.3])),
             lambda: ga.RandomHorizontalFlip(),
             lambda: ga.RandomVerticalFlip(),
         ])())
