@@ -743,3 +743,17 @@ def test_crop_boxes_find_plain_crops_only(photos, monkeypatch):
     assert found[-2] is None and found[-1] is None
     run([ga.Resize((100, 150)), ga.RandomCrop(120, pad_if_needed=True)], [img])  # padding after the resize
     assert found[-2] is None
+
+
+@pytest.mark.parametrize("overshoot", [1e-6, 0.01, 0.5])
+def test_color_ops_stay_finite_on_accepted_float_input_outside_0_1(kernel_path, overshoot):
+    """Float input is accepted within [-0.5, 1.5] (resampled [0, 1] images overshoot a little).
+    torchvision's adjust_hue gives NaN on some such pixels (a gray pixel with one channel below 0);
+    gpuaug must not (a NaN would spread through Normalize into a training loss)."""
+    levels = torch.tensor([-overshoot, 0.0, 0.5, 1.0, 1 + overshoot])
+    x = levels[torch.cartesian_prod(*[torch.arange(5)] * 3)].T.reshape(1, 3, 5, 25)  # every channel mix
+    x = torch.cat([x, x.flip(-1)])
+    assert torch.isnan(TF.adjust_hue(x, 0.2)).any()  # what this guards against
+    for ops in ([ga.ColorJitter(hue=(0.2, 0.2))], [ga.ColorJitter(0.4, 0.4, 0.4, 0.5), ga.RandomGrayscale(0.5)]):
+        out = ga.Pipeline(*ops, ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD), device="cpu", seed=0)(x)
+        assert torch.isfinite(out).all(), ops
