@@ -748,8 +748,8 @@ def test_crop_boxes_find_plain_crops_only(photos, monkeypatch):
 @pytest.mark.parametrize("overshoot", [1e-6, 0.01, 0.5])
 def test_color_ops_stay_finite_on_accepted_float_input_outside_0_1(kernel_path, overshoot):
     """Float input is accepted within [-0.5, 1.5] (resampled [0, 1] images overshoot a little).
-    torchvision's adjust_hue gives NaN on some such pixels (a gray pixel with one channel below 0);
-    gpuaug must not (a NaN would spread through Normalize into a training loss)."""
+    torchvision's adjust_hue gives NaN on some such pixels (a max channel of 0 with one below it,
+    as (-e, -e, 0): it divides by the max); gpuaug must not (a NaN would spread through Normalize into a training loss)."""
     levels = torch.tensor([-overshoot, 0.0, 0.5, 1.0, 1 + overshoot])
     x = levels[torch.cartesian_prod(*[torch.arange(5)] * 3)].T.reshape(1, 3, 5, 25)  # every channel mix
     x = torch.cat([x, x.flip(-1)])

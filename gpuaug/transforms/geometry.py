@@ -16,8 +16,7 @@ import torch
 from torch import Tensor
 
 from ..functional.geometry import PAD_MODES, flip_matrix, rotation_matrix
-from ._base import (Draw, Op, Params, Sizes, check_interpolation, check_probability,
-                    check_resize_filter, check_range,
+from ._base import (Draw, Op, Params, Sizes, check_interpolation, check_probability, check_range, check_resize_filter,
                     setup_size, to_device)
 
 
