@@ -168,6 +168,18 @@ def test_16_bit_rgb_tiff_is_scaled_as_torchvision_scales_16_bit_images(tmp_path,
     assert img.dtype == torch.uint8 and torch.equal(img, expected)
 
 
+def test_jpeg_with_its_frame_header_past_64_kib_decodes_as_torchvision_decodes_it(tmp_path, photos):
+    # The size check walks the whole header (a 100 kB ICC profile here); it must not refuse the photo.
+    from torchvision.io import decode_jpeg
+
+    buffer = io.BytesIO()
+    Image.fromarray(_rgb(photos[2])).save(buffer, "JPEG", quality=90, icc_profile=bytes(100_000))
+    (tmp_path / "icc.jpg").write_bytes(buffer.getvalue())
+    img, _ = ImageFiles([tmp_path / "icc.jpg"])[0]
+    expected = decode_jpeg(torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8))
+    assert isinstance(img, torch.Tensor) and torch.equal(img, expected)
+
+
 def test_32_bit_images_are_a_decode_error_saying_why(tmp_path):
     Image.fromarray(np.linspace(0, 1, 64 * 48, dtype=np.float32).reshape(48, 64)).save(tmp_path / "float.tif")
     item, _ = ImageFiles([tmp_path / "float.tif"])[0]
@@ -191,6 +203,19 @@ def _bad_files(tmp_path, photos):
     sof = data.index(b"\xff\xc0")  # baseline frame header: height and width follow the precision byte
     huge = data[: sof + 5] + (60000).to_bytes(2, "big") + (60000).to_bytes(2, "big") + data[sof + 9 :]
     (tmp_path / "huge.jpg").write_bytes(huge)
+    # The frame header past the first 64 KiB, as after a camera's ICC profile or EXIF thumbnail.
+    buffer = io.BytesIO()
+    Image.fromarray(_rgb(photos[2])).save(buffer, "JPEG", quality=90, icc_profile=bytes(100_000))
+    late = buffer.getvalue()
+    sof = late.index(b"\xff\xc0")
+    assert sof > 65536
+    (tmp_path / "huge_late_header.jpg").write_bytes(late[: sof + 5] + struct.pack(">HH", 60000, 60000) + late[sof + 9 :])
+    # A GIF whose frame descriptor follows 100 kB of comments (the screen size at its start is small).
+    gif = _encoded(photos[2], "GIF")
+    frame = bytearray(gif[gif.index(b"\x2c", 13) :])
+    frame[5:9] = struct.pack("<HH", 60000, 60000)
+    comment = b"\x21\xfe" + (b"\xff" + b"c" * 255) * 400 + b"\x00"
+    (tmp_path / "huge_late_header.gif").write_bytes(gif[: gif.index(b"\x2c", 13)] + comment + bytes(frame))
     gif = bytearray(_encoded(photos[2], "GIF"))  # 60000x60000 in both the screen and the frame header
     gif[6:10] = gif[gif.index(b"\x2c", 13) + 5 : gif.index(b"\x2c", 13) + 9] = struct.pack("<HH", 60000, 60000)
     (tmp_path / "huge.gif").write_bytes(gif)
@@ -200,7 +225,8 @@ def _bad_files(tmp_path, photos):
     return good, {
         "truncated.jpg": "decode", "empty.jpg": "empty", "text.jpg": "decode", "directory.jpg": "read",
         "missing.jpg": "read", "huge.jpg": "absurd dimensions", "huge.gif": "absurd dimensions",
-        "huge.bmp": "absurd dimensions",
+        "huge.bmp": "absurd dimensions", "huge_late_header.jpg": "absurd dimensions",
+        "huge_late_header.gif": "absurd dimensions",
     }
 
 
@@ -211,7 +237,7 @@ def _encoded(photo: torch.Tensor, fmt: str) -> bytes:
 
 
 BAD_FILES = ["truncated.jpg", "empty.jpg", "text.jpg", "directory.jpg", "missing.jpg", "huge.jpg", "huge.gif",
-             "huge.bmp"]
+             "huge.bmp", "huge_late_header.jpg", "huge_late_header.gif"]
 
 
 @pytest.mark.parametrize("kind", BAD_FILES)

@@ -60,20 +60,26 @@ def decoded_by_torchvision(data: bytes) -> bool:
 
 def image_size(data: bytes) -> tuple[int, int] | None:
     """``(height, width)`` read from the header without decoding (PNG and JPEG parsed here, any
-    other format from PIL's lazy open, which reads only the header); None if not found."""
+    other format from PIL's lazy open, which reads only the header); None if not found in ``data``
+    (the file, or its start). A JPEG's segments are walked over by their lengths up to the frame
+    header; the scan data is never read."""
     if data[:8] == _PNG and len(data) >= 24:
         width, height = struct.unpack(">II", data[16:24])
         return height, width
     if data[:2] == _JPEG[:2]:
         i = 2
         while i + 9 < len(data):
-            if data[i] != 0xFF:
-                i += 1
+            if data[i] != 0xFF:  # stray bytes between segments: libjpeg skips to the next marker too
+                i = data.find(b"\xff", i)
+                if i < 0:
+                    return None
                 continue
             marker = data[i + 1]
             if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7 or marker == 0xFF:
                 i += 1 if marker == 0xFF else 2
                 continue
+            if marker in (0xDA, 0xD9):  # scan data or the end, and no frame header before it: the decoder will say
+                return None
             length = struct.unpack(">H", data[i + 2 : i + 4])[0]
             if marker in (0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF):
                 height, width = struct.unpack(">HH", data[i + 5 : i + 9])
@@ -103,7 +109,12 @@ def read_bytes(path: str) -> torch.Tensor:
 
 def check_size(path: str, data: torch.Tensor, max_pixels: int = MAX_PIXELS) -> None:
     try:
-        size = image_size(data[:65536].numpy().tobytes())
+        head = data[:65536].numpy().tobytes()
+        size = image_size(head)
+        if size is None and data.numel() > len(head) and decoded_by_torchvision(head[:12]):
+            # The header lies further in (after a JPEG's ICC profile or EXIF thumbnail, a GIF's
+            # comments), and torchvision's decoders have no limit of their own (PIL's formats do).
+            size = image_size(data.numpy().tobytes())
     except Image.DecompressionBombError as e:
         raise DecodeError(str(path), f"absurd dimensions ({e})") from None
     if size is not None and (size[0] * size[1] > max_pixels or 0 in size):
