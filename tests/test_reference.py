@@ -162,6 +162,49 @@ def test_random_resized_crop_distribution_equals_torchvision(shape):
         assert result.pvalue > 1e-3, (name, result)
 
 
+def test_flip_rotation_jitter_and_grayscale_draws_equal_torchvisions():
+    """4000 draws each against torchvision's own: two-sample Kolmogorov-Smirnov tests on the
+    rotation angle and each ColorJitter factor (its ``make_params``), chi-square tests on the
+    order of the four adjustments (its ``fn_idx``) and on how often each ``p`` op acts (flips
+    counted on a 1x2 image, grayscale on a red pixel, through torchvision's own forward)."""
+    from scipy.stats import chi2_contingency, ks_2samp
+
+    n, img = 4000, torch.zeros(3, 8, 8, dtype=torch.uint8)
+    torch.manual_seed(0)
+    jitter, rotation = v2.ColorJitter(0.4, (0.5, 1.2), 0.3, 0.1), v2.RandomRotation((-10, 25))
+    theirs = [jitter.make_params([img]) for _ in range(n)]
+    theirs_angle = [rotation.make_params([img])["angle"] for _ in range(n)]
+    row = torch.tensor([[[10, 20]], [[0, 0]], [[0, 0]]], dtype=torch.uint8)  # (3, 1, 2): two shades of red
+    column = row.transpose(1, 2).contiguous()
+    theirs_acts = {
+        "hflip": sum(bool(v2.RandomHorizontalFlip(0.3)(row)[0, 0, 0] == 20) for _ in range(n)),
+        "vflip": sum(bool(v2.RandomVerticalFlip(0.7)(column)[0, 0, 0] == 20) for _ in range(n)),
+        "gray": sum(bool(v2.RandomGrayscale(0.2)(row)[1, 0, 0] != 0) for _ in range(n)),
+    }
+    ops = [ga.RandomHorizontalFlip(0.3), ga.RandomVerticalFlip(0.7), ga.RandomRotation((-10, 25)),
+           ga.ColorJitter(0.4, (0.5, 1.2), 0.3, 0.1), ga.RandomGrayscale(0.2)]
+    _, (hflip, vflip, angle, ours, gray) = run(ops, img[None].expand(n, -1, -1, -1), seed=1)
+
+    pairs = [("angle", theirs_angle, angle["angle"])] + [
+        (name, [p[f"{name}_factor"] for p in theirs], ours[name]) for name in ("brightness", "contrast", "saturation", "hue")]
+    for name, a, b in pairs:
+        result = ks_2samp(torch.tensor(a, dtype=torch.float64).numpy(), b.double().numpy())
+        assert result.pvalue > 1e-3, (name, result)
+
+    def counts(orders):  # how often each of the 24 orders was drawn
+        codes = [int("".join(map(str, o))) for o in orders]
+        return [codes.count(c) for c in sorted(set(codes))]
+
+    theirs_orders = counts(p["fn_idx"].tolist() for p in theirs)
+    ours_orders = counts(ours["order"].tolist())
+    assert len(theirs_orders) == len(ours_orders) == 24
+    assert chi2_contingency([theirs_orders, ours_orders]).pvalue > 1e-3
+    for name, drawn in (("hflip", hflip["flip"]), ("vflip", vflip["flip"]), ("gray", gray["gray"])):
+        acted = int(drawn.sum())
+        table = [[theirs_acts[name], n - theirs_acts[name]], [acted, n - acted]]
+        assert chi2_contingency(table).pvalue > 1e-3, (name, table)
+
+
 @pytest.mark.parametrize("size", [(200, 150), (700, 300)])
 def test_center_crop_matches_torchvision_including_padding(photos, size):
     for img in photos:
