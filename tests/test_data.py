@@ -33,7 +33,7 @@ def folder(tmp_path_factory, photos):
     Image.fromarray(chelsea).convert("P").save(root / "cat" / "palette.png")
     Image.fromarray(coffee).convert("RGBA").save(root / "cat" / "rgba.png")
     Image.fromarray(astro).convert("CMYK").save(root / "space" / "cmyk.jpg", quality=95)
-    Image.fromarray((astro[..., 0].astype(np.uint16) * 257)).save(root / "space" / "gray16.png")
+    Image.fromarray(_sixteen_bit(astro[..., 0])).save(root / "space" / "gray16.png")
     exif = Image.Exif()
     exif[0x0112] = 6  # orientation: rotate 90 degrees clockwise to display
     Image.fromarray(rocket).save(root / "space" / "exif_rotated.jpg", exif=exif, quality=92)
@@ -42,7 +42,7 @@ def folder(tmp_path_factory, photos):
     Image.fromarray(coffee).save(root / "cat" / "rgb.ppm")
     Image.fromarray(coffee).convert("L").save(root / "cat" / "gray.pgm")
     Image.fromarray(astro).save(root / "space" / "rgb.tif", compression="tiff_lzw")
-    Image.fromarray((astro[..., 1].astype(np.uint16) * 257)).save(root / "space" / "gray16.tif")
+    Image.fromarray(_sixteen_bit(astro[..., 1])).save(root / "space" / "gray16.tif")
     Image.fromarray(rocket).save(root / "space" / "rgb.webp", lossless=True)
     first = Image.fromarray(rocket).convert("P")  # <= 256 colors: GIF keeps them exactly
     # torchvision's ImageFolder skips .gif (ImageFiles reads it)
@@ -129,7 +129,7 @@ def test_formats_torchvision_io_does_not_read_give_their_exact_pixels(folder, ph
     rgb = _rgb(photos[["astronaut", "coffee", "chelsea", "rocket"].index(source)])
     png = tmp_path / "reference.png"
     if mode == "16":
-        Image.fromarray(rgb[..., 1].astype(np.uint16) * 257).save(png)
+        Image.fromarray(_sixteen_bit(rgb[..., 1])).save(png)
     elif mode:
         Image.fromarray(rgb).convert(mode).save(png)
     else:
@@ -138,6 +138,12 @@ def test_formats_torchvision_io_does_not_read_give_their_exact_pixels(folder, ph
     img, _ = ImageFiles([next(folder.glob(f"*/{name}"))])[0]
     assert img.dtype == torch.uint8 and img.shape == expected.shape, (img.shape, expected.shape)
     assert torch.equal(img, expected)
+
+
+def _sixteen_bit(gray: np.ndarray) -> np.ndarray:
+    """uint8 ``gray`` as the high byte of 16-bit pixels whose low byte differs from it (not
+    ``x * 257``, whose low byte is ``x`` again): scaling (>> 8) gives ``gray``, truncating would not."""
+    return gray.astype(np.uint16) * 256 + (255 - gray)
 
 
 def _tiff_rgb16(pixels: np.ndarray, big_endian: bool) -> bytes:

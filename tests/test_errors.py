@@ -1,5 +1,7 @@
 """Bad input and bad arguments: a clear TypeError/ValueError saying what was expected and what came."""
 
+import os
+
 import pytest
 import torch
 import torchvision.transforms.v2 as v2
@@ -252,6 +254,10 @@ def test_select_device(monkeypatch):
     monkeypatch.setenv("GPUAUG_DEVICE", "cpu")
     assert ga.select_device() == torch.device("cpu")
     assert ga.select_device("meta") == torch.device("meta")  # the argument wins over the env
+    monkeypatch.setenv("GPUAUG_DEVICE", "meta")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert ga.select_device() == torch.device("meta")  # the env wins over torchrun's LOCAL_RANK
+    monkeypatch.delenv("LOCAL_RANK")
     monkeypatch.setenv("GPUAUG_DEVICE", "gpu0")
     with pytest.raises(ValueError, match="GPUAUG_DEVICE"):
         ga.select_device()
@@ -266,6 +272,28 @@ def test_select_device(monkeypatch):
         assert ga.select_device() == torch.device("cuda", 0)
         monkeypatch.setenv("LOCAL_RANK", "x")
         with pytest.raises(ValueError, match="LOCAL_RANK"):
+            ga.select_device()
+
+
+def test_select_device_rule_with_gpus(monkeypatch):
+    """The CUDA half of the rule, on any machine: CUDA is faked as present with 4 devices
+    (select_device only names a device, it does not touch one)."""
+    monkeypatch.delenv("GPUAUG_DEVICE", raising=False)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    assert ga.select_device() == torch.device("cuda", os.getpid() % 4)
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert ga.select_device() == torch.device("cuda", 3)  # torchrun's rank wins over the pid
+    monkeypatch.setenv("GPUAUG_DEVICE", "cuda:1")
+    assert ga.select_device() == torch.device("cuda", 1)  # the env wins over the rank
+    assert ga.select_device("cuda:2") == torch.device("cuda", 2)  # the argument over everything
+    with pytest.raises(ValueError, match="only 4 CUDA device"):
+        ga.select_device("cuda:4")
+    monkeypatch.delenv("GPUAUG_DEVICE")
+    for bad, words in (("4", "LOCAL_RANK=4 but only 4 CUDA device"), ("x", "LOCAL_RANK should be an integer")):
+        monkeypatch.setenv("LOCAL_RANK", bad)
+        with pytest.raises(ValueError, match=words):
             ga.select_device()
 
 
