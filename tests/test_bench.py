@@ -26,6 +26,21 @@ def test_bench_quick_writes_table_json_and_plot(tmp_path, capsys):
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_ratios_are_over_the_cpu_worker_and_kornia_on_the_same_device():
+    """x tv/sample: over torchvision per sample on the CPU at the same batch size, whatever the
+    row's device; x kornia: over kornia eager on the row's own device; None where that row is
+    missing or failed."""
+    rows = [{"device": d, "batch": b, "method": m, "images_per_s": v} for d, b, m, v in [
+        ("cpu, 1 thread", 64, bench.TORCHVISION_PER_SAMPLE, 100.0), ("cpu, 1 thread", 64, bench.KORNIA, 50.0),
+        ("cpu, 1 thread", 64, bench.GPUAUG, 400.0), ("cuda:0", 64, bench.KORNIA, 2000.0),
+        ("cuda:0", 64, bench.GPUAUG, 50000.0), ("cuda:0", 256, bench.GPUAUG, 80000.0),
+        ("cpu, 1 thread", 256, bench.TORCHVISION_PER_SAMPLE, 200.0), ("cuda:0", 256, bench.KORNIA, None)]]
+    bench._add_ratios(rows)
+    ratios = [(r["x_torchvision_per_sample"], r["x_kornia"]) for r in rows]
+    assert ratios == [(1.0, 2.0), (0.5, 1.0), (4.0, 8.0), (20.0, 1.0), (500.0, 25.0), (400.0, None), (1.0, None),
+                      (None, None)]
+
+
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the no-GPU message")
 def test_bench_on_a_missing_gpu_says_so(capsys):
     assert main(["bench", "--quick", "--device", "cuda", "--no-progress"]) == 2
