@@ -26,6 +26,10 @@ def test_profile_prints_bottleneck_and_writes_json(jpeg_folder, tmp_path, capsys
     assert report["stages"]["read"]["files_per_s"] > 0 and report["sweep"]
     assert {r["num_workers"] for r in report["sweep"]} >= {0, 1}
     assert all(r["images_per_s"] > 0 for r in report["sweep"])
+    bounds = report["bounds_images_per_s"]  # the bound named is the slowest stage, the setting advised the fastest
+    assert bounds[report["bottleneck"]] == min(bounds.values())
+    assert report["best"]["images_per_s"] == max(r["images_per_s"] for r in report["sweep"])
+    assert f"the loader is bound by: {report['bottleneck']}" in text
 
 
 def test_profile_on_a_folder_without_images(tmp_path, capsys):
