@@ -5,6 +5,7 @@ import multiprocessing
 import os
 import struct
 import warnings
+from collections import namedtuple
 
 import numpy as np
 import pytest
@@ -247,11 +248,14 @@ BAD_FILES = ["truncated.jpg", "empty.jpg", "text.jpg", "directory.jpg", "missing
 
 
 @pytest.mark.parametrize("kind", BAD_FILES)
-def test_bad_file_raises_decode_error_naming_path_and_cause(tmp_path, photos, kind):
+@pytest.mark.parametrize("decode", ["cpu", "gpu"])
+def test_bad_file_raises_decode_error_naming_path_and_cause(tmp_path, photos, kind, decode):
+    """decode="gpu": a JPEG that only fails to decode reaches the loader as bytes (decoded there,
+    on the CPU without CUDA), other bad files are found in the worker."""
     good, causes = _bad_files(tmp_path, photos)
-    ds = ImageFiles([good, tmp_path / kind], labels=[0, 1], on_error="raise")
+    ds = ImageFiles([good, tmp_path / kind], labels=[0, 1], on_error="raise", decode=decode)
     item, _ = ds[1]
-    assert isinstance(item, BadFile)  # the worker does not raise...
+    assert isinstance(item, (BadFile, Encoded) if decode == "gpu" else BadFile)  # the worker does not raise...
     loader = ga.DeviceLoader(DataLoader(ds, batch_size=2, collate_fn=collate), device="cpu")
     with pytest.raises(ga.DecodeError) as info:  # ...the main process does, with path and cause
         list(loader)
@@ -260,9 +264,10 @@ def test_bad_file_raises_decode_error_naming_path_and_cause(tmp_path, photos, ki
 
 
 @pytest.mark.parametrize("kind", BAD_FILES)
-def test_bad_file_skipped_warned_once_and_counted(tmp_path, photos, kind):
+@pytest.mark.parametrize("decode", ["cpu", "gpu"])
+def test_bad_file_skipped_warned_once_and_counted(tmp_path, photos, kind, decode):
     good, _ = _bad_files(tmp_path, photos)
-    ds = ImageFiles([good, tmp_path / kind, good], labels=[0, 1, 2], on_error="skip")
+    ds = ImageFiles([good, tmp_path / kind, good], labels=[0, 1, 2], on_error="skip", decode=decode)
     pipe = ga.Pipeline(ga.RandomResizedCrop(32), device="cpu", seed=0)
     loader = ga.DeviceLoader(DataLoader(ds, batch_size=3, collate_fn=collate), pipe)
     with pytest.warns(RuntimeWarning, match=kind):
@@ -478,6 +483,9 @@ def test_dropping_a_sample_drops_its_label_in_every_form():
     fields = _select([torch.tensor([1, 2, 3]), ("x", "y", "z")], keep)  # default_collate's per-field list
     assert torch.equal(fields[0], torch.tensor([1, 3])) and fields[1] == ["x", "z"]
     assert _select({"y": [5, 6, 7]}, keep) == {"y": [5, 7]}
+    Pair = namedtuple("Pair", "box name")  # default_collate keeps a namedtuple's type
+    pair = _select(Pair(torch.tensor([[1, 1], [2, 2], [3, 3]]), ["x", "y", "z"]), keep)
+    assert type(pair) is Pair and torch.equal(pair.box, torch.tensor([[1, 1], [3, 3]])) and pair.name == ["x", "z"]
 
 
 def test_device_loader_reads_the_wrapped_loaders_attributes(folder):
