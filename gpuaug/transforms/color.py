@@ -225,9 +225,10 @@ class Normalize(ColorOp):
         if mean_t.numel() != std_t.numel() and 1 not in (mean_t.numel(), std_t.numel()):
             raise ValueError(f"mean and std need one value per channel (or one for all) each, got {mean_t.numel()} "
                              f"and {std_t.numel()}")
-        if (std_t <= 0).any():
-            raise ValueError(f"std should be positive, got {std_t.tolist()}, leading to division by zero.")
-        if ((mean_t < 0) | (mean_t > 1)).any():  # e.g. [123.675, 116.28, 103.53], for 0-255 pixel values
+        if not ((std_t > 0) & torch.isfinite(std_t)).all():  # written so that NaN fails too
+            raise ValueError(f"std should be positive and finite, got {std_t.tolist()} (zero divides by zero; "
+                             f"NaN or inf would make every output NaN or 0)")
+        if not ((mean_t >= 0) & (mean_t <= 1)).all():  # e.g. [123.675, 116.28, 103.53], for 0-255 pixel values
             raise ValueError(f"Normalize works on images in [0, 1]: mean should be in [0, 1], got {mean_t.tolist()} "
                              f"(means and stds for 0-255 pixel values, as DALI or mmcv take them, divide by 255)")
         self.register_buffer("mean", mean_t)
