@@ -298,6 +298,27 @@ def test_collate_stacks_equal_sizes_and_lists_ragged(photos):
     assert ragged.labels.tolist() == [1, 2] and ragged.bad == [BadFile("x.jpg", "broken")]
 
 
+def test_loader_stats_count_the_wait_for_data_apart_from_the_step():
+    """``data_wait_s`` is the time spent waiting for the wrapped loader (30 ms a batch here), not
+    the loop's own step (100 ms); ``elapsed_s`` is both; images/s over elapsed."""
+    import time
+
+    class Slow:  # any iterable is a loader
+        def __iter__(self):
+            for _ in range(3):
+                time.sleep(0.03)
+                yield torch.zeros(2, 3, 8, 8, dtype=torch.uint8), torch.zeros(2)
+
+    loader = ga.DeviceLoader(Slow(), device="cpu")
+    for _ in loader:
+        time.sleep(0.1)
+    stats = loader.stats
+    assert (stats.batches, stats.images) == (3, 6)
+    assert 0.09 <= stats.data_wait_s < 0.25 and stats.wait_per_batch_ms >= 30  # with the step it would be >= 0.29
+    assert stats.elapsed_s >= 0.39 and stats.images_per_s == pytest.approx(6 / stats.elapsed_s)
+    assert "3 batches, 6 images" in str(stats)
+
+
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_dataloader_with_two_workers(folder, method):
     if method not in multiprocessing.get_all_start_methods():
