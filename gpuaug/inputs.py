@@ -95,6 +95,8 @@ def checked_seed(seed) -> int:
 
 
 def check_image_tensor(x: Tensor, what: str) -> None:
+    if x.device.type == "meta":
+        raise ValueError(f"expected {what} with data, got a tensor on the meta device (shape {tuple(x.shape)})")
     if x.dtype != torch.uint8 and not x.is_floating_point():
         raise TypeError(f"expected uint8 or float {what}, got {x.dtype}")
     if x.shape[0] == 0:

@@ -220,6 +220,9 @@ class Pipeline(nn.Module):
             raise RuntimeError(f"gpuaug.Pipeline on {self.device} was called inside DataLoader worker {worker.id}: "
                                "workers must not touch CUDA. Call it on the batch in the training loop (or "
                                "through gpuaug.DeviceLoader), or give the Dataset a device='cpu' pipeline")
+        if self.device.type == "meta":  # a stand-in device (buffers placed, nothing computed)
+            raise ValueError("this Pipeline is on the meta device, which holds no values to draw or compute: "
+                             "move it to a real one first (.to('cpu'), .to('cuda'))")
         if self.device.type in ("cpu", "cuda") and torch.is_autocast_enabled(self.device.type):
             # The output's precision is the pipeline's dtype: under autocast the warp matrices'
             # products and the torch color kernels' matmuls would run in float16/bfloat16.

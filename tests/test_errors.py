@@ -35,6 +35,8 @@ def pipe(*ops):
         ([torch.zeros(3, 0, 8, dtype=torch.uint8)], ValueError, "non-zero height"),
         ([torch.zeros(5, 8, 8, dtype=torch.uint8)], ValueError, "1 or 3 channels"),
         ("images.jpg", TypeError, "got str"),
+        (torch.zeros(2, 3, 8, 8, dtype=torch.uint8, device="meta"), ValueError, "meta device"),
+        ([torch.zeros(3, 8, 8, dtype=torch.uint8, device="meta")], ValueError, "meta device"),
         (ga.PackedImages(torch.zeros(0, dtype=torch.uint8), []), ValueError, "non-empty"),
         (ga.data.EncodedBatch(torch.zeros(4, dtype=torch.uint8), [(4,)], ["a.jpg"]), TypeError,
          "got EncodedBatch (encoded bytes): decode it first"),
@@ -146,6 +148,7 @@ def test_bad_op_arguments_raise_what_torchvision_raises(name, args, kwargs):
         (lambda: ga.Resize(-3), ValueError),
         (lambda: ga.Normalize((0.5, 0.5), (0.5, 0.5, 0.5)), ValueError),
         (lambda: ga.Normalize((0.5,), (0.0,)), ValueError),
+        (lambda: ga.Pipeline(ga.RandomHorizontalFlip(), device="meta")(torch.zeros(1, 3, 4, 4)), ValueError),
         (lambda: ga.Normalize((0.5,), (float("nan"),)), ValueError),  # NaN passes "<= 0" checks: every output NaN
         (lambda: ga.Normalize((0.5,), (float("inf"),)), ValueError),
         (lambda: ga.Normalize((float("nan"),), (0.5,)), ValueError),
