@@ -179,11 +179,10 @@ def test_jpeg_with_its_frame_header_past_64_kib_decodes_as_torchvision_decodes_i
     # The size check walks the whole header (a 100 kB ICC profile here); it must not refuse the photo.
     from torchvision.io import decode_jpeg
 
-    buffer = io.BytesIO()
-    Image.fromarray(_rgb(photos[2])).save(buffer, "JPEG", quality=90, icc_profile=bytes(100_000))
-    (tmp_path / "icc.jpg").write_bytes(buffer.getvalue())
+    data = _jpeg_with_large_icc_profile(photos[2])
+    (tmp_path / "icc.jpg").write_bytes(data)
     img, _ = ImageFiles([tmp_path / "icc.jpg"])[0]
-    expected = decode_jpeg(torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8))
+    expected = decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8))
     assert isinstance(img, torch.Tensor) and torch.equal(img, expected)
 
 
@@ -210,19 +209,17 @@ def _bad_files(tmp_path, photos):
     sof = data.index(b"\xff\xc0")  # baseline frame header: height and width follow the precision byte
     huge = data[: sof + 5] + (60000).to_bytes(2, "big") + (60000).to_bytes(2, "big") + data[sof + 9 :]
     (tmp_path / "huge.jpg").write_bytes(huge)
-    # The frame header past the first 64 KiB, as after a camera's ICC profile or EXIF thumbnail.
-    buffer = io.BytesIO()
-    Image.fromarray(_rgb(photos[2])).save(buffer, "JPEG", quality=90, icc_profile=bytes(100_000))
-    late = buffer.getvalue()
+    late = _jpeg_with_large_icc_profile(photos[2])
     sof = late.index(b"\xff\xc0")
     assert sof > 65536
     (tmp_path / "huge_late_header.jpg").write_bytes(late[: sof + 5] + struct.pack(">HH", 60000, 60000) + late[sof + 9 :])
     # A GIF whose frame descriptor follows 100 kB of comments (the screen size at its start is small).
     gif = _encoded(photos[2], "GIF")
-    frame = bytearray(gif[gif.index(b"\x2c", 13) :])
+    descriptor = gif.index(b"\x2c", 13)
+    frame = bytearray(gif[descriptor:])
     frame[5:9] = struct.pack("<HH", 60000, 60000)
     comment = b"\x21\xfe" + (b"\xff" + b"c" * 255) * 400 + b"\x00"
-    (tmp_path / "huge_late_header.gif").write_bytes(gif[: gif.index(b"\x2c", 13)] + comment + bytes(frame))
+    (tmp_path / "huge_late_header.gif").write_bytes(gif[:descriptor] + comment + bytes(frame))
     gif = bytearray(_encoded(photos[2], "GIF"))  # 60000x60000 in both the screen and the frame header
     gif[6:10] = gif[gif.index(b"\x2c", 13) + 5 : gif.index(b"\x2c", 13) + 9] = struct.pack("<HH", 60000, 60000)
     (tmp_path / "huge.gif").write_bytes(gif)
@@ -237,10 +234,16 @@ def _bad_files(tmp_path, photos):
     }
 
 
-def _encoded(photo: torch.Tensor, fmt: str) -> bytes:
+def _encoded(photo: torch.Tensor, fmt: str, **save_args) -> bytes:
     buffer = io.BytesIO()
-    Image.fromarray(_rgb(photo)).save(buffer, fmt)
+    Image.fromarray(_rgb(photo)).save(buffer, fmt, **save_args)
     return buffer.getvalue()
+
+
+def _jpeg_with_large_icc_profile(photo: torch.Tensor) -> bytes:
+    """A JPEG whose frame header lies past its first 64 KiB, after a 100 kB ICC profile (as a
+    camera's profile or EXIF thumbnail puts it)."""
+    return _encoded(photo, "JPEG", quality=90, icc_profile=bytes(100_000))
 
 
 BAD_FILES = ["truncated.jpg", "empty.jpg", "text.jpg", "directory.jpg", "missing.jpg", "huge.jpg", "huge.gif",
