@@ -48,6 +48,8 @@ def folder(tmp_path_factory, photos):
     first = Image.fromarray(rocket).convert("P")  # <= 256 colors: GIF keeps them exactly
     # torchvision's ImageFolder skips .gif (ImageFiles reads it)
     first.save(root / "space" / "animated.gif", save_all=True, append_images=[first.rotate(90), first.rotate(180)])
+    webp_frames = [Image.fromarray(rocket), Image.fromarray(rocket).rotate(90)]  # torchvision.io refuses animated WEBP
+    webp_frames[0].save(root / "space" / "animated.webp", save_all=True, append_images=webp_frames[1:], lossless=True)
     (root / "space" / "notes.txt").write_text("not an image")
     return root
 
@@ -56,7 +58,7 @@ def folder(tmp_path_factory, photos):
 # the reference's second witness: torchvision.io decodes it, PIL is not involved).
 LOSSLESS = {"rgb.bmp": ("chelsea", None), "rgb.ppm": ("coffee", None), "gray.pgm": ("coffee", "L"),
             "rgb.tif": ("astronaut", None), "rgb.webp": ("rocket", None), "animated.gif": ("rocket", "P"),
-            "gray16.tif": ("astronaut", "16")}
+            "animated.webp": ("rocket", None), "gray16.tif": ("astronaut", "16")}
 
 
 def test_image_folder_layout_matches_torchvision(folder):
@@ -141,6 +143,46 @@ def test_formats_torchvision_io_does_not_read_give_their_exact_pixels(folder, ph
     assert torch.equal(img, expected)
 
 
+def _gif(frames: list[np.ndarray], **save_args) -> bytes:
+    images = [Image.fromarray(f).convert("P") for f in frames]
+    buffer = io.BytesIO()
+    images[0].save(buffer, "GIF", save_all=True, append_images=images[1:], **save_args)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("kind", ["palettes", "comment", "one_pixel_frames", "one_frame"])
+def test_only_a_gifs_first_frame_is_decoded(tmp_path, photos, monkeypatch, kind):
+    """torchvision decodes every frame of a GIF at the size of its screen, so frames of one pixel
+    (15 bytes each) would each cost a whole frame of memory. The worker decodes only the first,
+    and it is what decoding the whole file gives first."""
+    import gpuaug.data.decode as decode_module
+    from torchvision.io import ImageReadMode, decode_image
+
+    a, b = (_rgb(p)[:64, :96] for p in photos[2:4])
+    if kind == "palettes":  # frames with their own color tables, a loop and durations (extensions)
+        data = _gif([a, b, a[::-1].copy()], duration=[40, 80, 120], loop=0)
+    elif kind == "comment":
+        data = _gif([a, b], comment=b"x" * 600)  # 600 bytes: three sub-blocks
+    elif kind == "one_pixel_frames":
+        tiny = b"\x2c" + struct.pack("<HHHHB", 5, 7, 1, 1, 0) + bytes([2, 2, 0x4C, 0x01, 0])
+        data = _gif([a])[:-1] + tiny * 40 + b"\x3b"
+    else:
+        data = _gif([a])
+    whole = decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB)
+    assert whole.dim() == 3 if kind == "one_frame" else whole.shape[0] > 1
+    decoded = []
+
+    def spy(*args, **kwargs):
+        decoded.append(decode_image(*args, **kwargs).shape)
+        return decode_image(*args, **kwargs)
+
+    monkeypatch.setattr(decode_module, "decode_image", spy)
+    (tmp_path / "x.gif").write_bytes(data)
+    img, _ = ImageFiles([tmp_path / "x.gif"])[0]
+    assert decoded == [whole.shape if kind == "one_frame" else whole.shape[1:]]  # one frame: (3, H, W)
+    assert torch.equal(img, whole if kind == "one_frame" else whole[0])
+
+
 def _sixteen_bit(gray: np.ndarray) -> np.ndarray:
     """uint8 ``gray`` as the high byte of 16-bit pixels whose low byte differs from it (not
     ``x * 257``, whose low byte is ``x`` again): scaling (>> 8) gives ``gray``, truncating would not."""
@@ -186,6 +228,23 @@ def test_jpeg_with_its_frame_header_past_64_kib_decodes_as_torchvision_decodes_i
     assert isinstance(img, torch.Tensor) and torch.equal(img, expected)
 
 
+def test_progressive_jpeg_decodes_and_the_scan_limit_is_exact(tmp_path, photos):
+    """A real progressive JPEG (10 scans) decodes as decode_jpeg decodes it; a file of
+    MAX_JPEG_SCANS scans passes the check, one more scan is refused before decoding."""
+    from torchvision.io import decode_jpeg
+
+    from gpuaug.data.decode import MAX_JPEG_SCANS, check_size
+
+    data = _encoded(photos[2], "JPEG", quality=90, progressive=True)
+    (tmp_path / "progressive.jpg").write_bytes(data)
+    img, _ = ImageFiles([tmp_path / "progressive.jpg"])[0]
+    assert torch.equal(img, decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8)))
+    check_size("limit.jpg", torch.frombuffer(bytearray(_jpeg_with_scans(photos[2], MAX_JPEG_SCANS)), dtype=torch.uint8))
+    with pytest.raises(ga.DecodeError, match=f"over.jpg: too many scans \\({MAX_JPEG_SCANS + 1},"):
+        check_size("over.jpg", torch.frombuffer(bytearray(_jpeg_with_scans(photos[2], MAX_JPEG_SCANS + 1)),
+                                                dtype=torch.uint8))
+
+
 def test_32_bit_images_are_a_decode_error_saying_why(tmp_path):
     Image.fromarray(np.linspace(0, 1, 64 * 48, dtype=np.float32).reshape(48, 64)).save(tmp_path / "float.tif")
     item, _ = ImageFiles([tmp_path / "float.tif"])[0]
@@ -226,11 +285,12 @@ def _bad_files(tmp_path, photos):
     bmp = bytearray(_encoded(photos[2], "BMP"))
     bmp[18:26] = struct.pack("<ii", 100000, 100000)
     (tmp_path / "huge.bmp").write_bytes(bmp)
+    (tmp_path / "many_scans.jpg").write_bytes(_jpeg_with_scans(photos[2], 300))
     return good, {
         "truncated.jpg": "decode", "empty.jpg": "empty", "text.jpg": "decode", "directory.jpg": "read",
         "missing.jpg": "read", "huge.jpg": "absurd dimensions", "huge.gif": "absurd dimensions",
         "huge.bmp": "absurd dimensions", "huge_late_header.jpg": "absurd dimensions",
-        "huge_late_header.gif": "absurd dimensions",
+        "huge_late_header.gif": "absurd dimensions", "many_scans.jpg": "too many scans",
     }
 
 
@@ -246,8 +306,18 @@ def _jpeg_with_large_icc_profile(photo: torch.Tensor) -> bytes:
     return _encoded(photo, "JPEG", quality=90, icc_profile=bytes(100_000))
 
 
+def _jpeg_with_scans(photo: torch.Tensor, count: int) -> bytes:
+    """A progressive JPEG of ``count`` scans: PIL's 10, then its smallest one repeated (libjpeg
+    only warns of the bogus progression, and passes over the whole image for each)."""
+    data = _encoded(photo, "JPEG", quality=90, progressive=True)
+    starts = [i for i in range(len(data) - 1) if data[i : i + 2] == b"\xff\xda"]
+    assert len(starts) == 10 and data.endswith(b"\xff\xd9")
+    scans = [data[a:b] for a, b in zip(starts, starts[1:] + [len(data) - 2])]
+    return data[:-2] + min(scans, key=len) * (count - len(scans)) + b"\xff\xd9"
+
+
 BAD_FILES = ["truncated.jpg", "empty.jpg", "text.jpg", "directory.jpg", "missing.jpg", "huge.jpg", "huge.gif",
-             "huge.bmp", "huge_late_header.jpg", "huge_late_header.gif"]
+             "huge.bmp", "huge_late_header.jpg", "huge_late_header.gif", "many_scans.jpg"]
 
 
 @pytest.mark.parametrize("kind", BAD_FILES)

@@ -19,6 +19,10 @@ from torchvision.transforms.v2.functional import to_dtype
 
 # Larger images are refused before decoding (PIL's decompression-bomb limit is 89.5 Mpx; twice it).
 MAX_PIXELS = 178_956_970
+# JPEGs with more scans are refused before decoding: libjpeg passes over the whole image once per
+# scan, so a small file of repeated scans takes minutes (a 250 kB one of 5000, 56 s here). Real
+# progressive files have about 10; 256 is NVIDIA nvImageCodec's default limit for the same attack.
+MAX_JPEG_SCANS = 256
 
 
 @contextmanager
@@ -61,31 +65,13 @@ def decoded_by_torchvision(data: bytes) -> bool:
 def image_size(data: bytes) -> tuple[int, int] | None:
     """``(height, width)`` read from the header without decoding (PNG and JPEG parsed here, any
     other format from PIL's lazy open, which reads only the header); None if not found in ``data``
-    (the file, or its start). A JPEG's segments are walked over by their lengths up to the frame
-    header; the scan data is never read."""
+    (the file, or its start)."""
     if data[:8] == _PNG and len(data) >= 24:
         width, height = struct.unpack(">II", data[16:24])
         return height, width
     if data[:2] == _JPEG[:2]:
-        i = 2
-        while i + 9 < len(data):
-            if data[i] != 0xFF:  # stray bytes between segments: libjpeg skips to the next marker too
-                i = data.find(b"\xff", i)
-                if i < 0:
-                    return None
-                continue
-            marker = data[i + 1]
-            if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7 or marker == 0xFF:
-                i += 1 if marker == 0xFF else 2
-                continue
-            if marker in (0xDA, 0xD9):  # scan data or the end, and no frame header before it: the decoder will say
-                return None
-            length = struct.unpack(">H", data[i + 2 : i + 4])[0]
-            if marker in (0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF):
-                height, width = struct.unpack(">HH", data[i + 5 : i + 9])
-                return height, width
-            i += 2 + length
-        return None
+        frame = jpeg_frame(data)
+        return None if frame is None else frame[1:]
     try:
         with _pil_quiet(), Image.open(io.BytesIO(data)) as im:
             return im.height, im.width
@@ -93,6 +79,58 @@ def image_size(data: bytes) -> tuple[int, int] | None:
         raise
     except Exception:  # not an image PIL knows, or a header cut at the 64 KiB read: the decoder will say
         return None
+
+
+def jpeg_frame(data: bytes) -> tuple[int, int, int] | None:
+    """A JPEG's frame header: ``(marker, height, width)``, its SOF marker (0xC0 baseline, 0xC2
+    progressive, ...); None if not found in ``data`` (the file, or its start). The segments are
+    walked over by their lengths up to the frame header; the scan data is never read."""
+    i = 2
+    while i + 9 < len(data):
+        if data[i] != 0xFF:  # stray bytes between segments: libjpeg skips to the next marker too
+            i = data.find(b"\xff", i)
+            if i < 0:
+                return None
+            continue
+        marker = data[i + 1]
+        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7 or marker == 0xFF:
+            i += 1 if marker == 0xFF else 2
+            continue
+        if marker in (0xDA, 0xD9):  # scan data or the end, and no frame header before it: the decoder will say
+            return None
+        length = struct.unpack(">H", data[i + 2 : i + 4])[0]
+        if marker in (0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF):
+            height, width = struct.unpack(">HH", data[i + 5 : i + 9])
+            return marker, height, width
+        i += 2 + length
+    return None
+
+
+def gif_first_frame(data: bytes) -> bytes | None:
+    """A GIF cut after its first frame (the blocks before it kept, the trailer added), or None
+    where it has one frame or its blocks cannot be followed (the decoder will say). torchvision
+    decodes every frame of a GIF at the size of its screen: 15 bytes of a 1x1 frame cost a whole
+    frame, so 70,000 of them on a 4000x4000 screen, 1 MB of file, would ask for 3 TB."""
+    if len(data) < 13:
+        return None
+    i = 13 + ((3 << ((data[10] & 7) + 1)) if data[10] & 0x80 else 0)  # past the screen and its color table
+    while i < len(data):
+        block = data[i]
+        if block == 0x21:  # an extension: label, then sub-blocks
+            i += 2
+        elif block == 0x2C:  # an image: descriptor, local color table, LZW code size, then sub-blocks
+            if i + 10 > len(data):
+                return None
+            flags = data[i + 9]
+            i += 10 + ((3 << ((flags & 7) + 1)) if flags & 0x80 else 0) + 1
+        else:  # the trailer, or bytes no GIF has
+            return None
+        while i < len(data) and data[i]:  # sub-blocks: a length byte, that many bytes; 0 ends them
+            i += 1 + data[i]
+        i += 1
+        if block == 0x2C:
+            return data[:i] + b"\x3b" if i < len(data) and data[i] != 0x3B else None
+    return None
 
 
 def read_bytes(path: str) -> torch.Tensor:
@@ -108,36 +146,65 @@ def read_bytes(path: str) -> torch.Tensor:
 
 
 def check_size(path: str, data: torch.Tensor, max_pixels: int = MAX_PIXELS) -> None:
+    """Refuse, before decoding, a file whose header claims more than ``max_pixels`` pixels (or
+    zero), and a JPEG of more than :data:`MAX_JPEG_SCANS` scans: :class:`DecodeError` naming the path."""
     try:
-        head = data[:65536].numpy().tobytes()
-        size = image_size(head)
-        if size is None and data.numel() > len(head) and decoded_by_torchvision(head[:12]):
+        header = data[:65536].numpy().tobytes()
+        size = image_size(header)
+        if size is None and data.numel() > len(header) and decoded_by_torchvision(header[:12]):
             # The header lies further in (after a JPEG's ICC profile or EXIF thumbnail, a GIF's
             # comments), and torchvision's decoders have no limit of their own (PIL's formats do).
-            size = image_size(data.numpy().tobytes())
+            header = data.numpy().tobytes()
+            size = image_size(header)
     except Image.DecompressionBombError as e:
         raise DecodeError(str(path), f"absurd dimensions ({e})") from None
     if size is not None and (size[0] * size[1] > max_pixels or 0 in size):
         raise DecodeError(str(path), f"absurd dimensions {size[0]}x{size[1]} (more than {max_pixels} pixels or zero)")
+    if header[:3] == _JPEG:
+        # Only where a few bytes of a scan can stand for many blocks (progressive end-of-band runs,
+        # arithmetic coding): a Huffman-coded sequential scan spends bits on every block, so its
+        # work grows with the file's size, as any image's does; nothing to count there (baseline
+        # photos, most of a dataset, skip the pass over their bytes).
+        frame = jpeg_frame(header)
+        if (frame is None or frame[0] not in (0xC0, 0xC1)) and (scans := jpeg_scan_count(data)) > MAX_JPEG_SCANS:
+            raise DecodeError(str(path), f"too many scans ({scans}, more than {MAX_JPEG_SCANS}): decoding would "
+                                         f"pass over the image {scans} times (real progressive JPEGs have about 10)")
+
+
+def jpeg_scan_count(data: torch.Tensor) -> int:
+    """How many scans a JPEG (uint8 1-D) has: its start-of-scan markers. Entropy-coded data
+    cannot hold one (a 0xFF byte there is followed by 0x00 or a restart marker); an embedded
+    thumbnail's or a profile's bytes may add a few, far below :data:`MAX_JPEG_SCANS`."""
+    return data.numpy().tobytes().count(b"\xff\xda")
 
 
 def decode_rgb(path: str, data: torch.Tensor) -> torch.Tensor:
     """Decode encoded bytes to uint8 ``(3, H, W)``: grayscale, palette, RGBA and CMYK become RGB,
     16-bit images are scaled (not truncated) to 8 bits, EXIF-rotated photos come out upright, an
-    animated GIF gives its first frame (as PIL, and so torchvision's ImageFolder, does)."""
+    animated GIF or WEBP gives its first frame (as PIL, and so torchvision's ImageFolder, does;
+    only that frame is decoded)."""
     check_size(path, data)
-    if not decoded_by_torchvision(data[:12].numpy().tobytes()):
+    magic = data[:21].numpy().tobytes()
+    if not decoded_by_torchvision(magic) or _animated_webp(magic):
         return _decode_with_pil(path, data)
+    if magic[:4] == b"GIF8" and (first := gif_first_frame(data.numpy().tobytes())) is not None:
+        data = torch.frombuffer(bytearray(first), dtype=torch.uint8)
     try:
         with quiet_torchvision_io():
             img = decode_image(data, mode=ImageReadMode.RGB, apply_exif_orientation=True)
     except (RuntimeError, ValueError) as e:
         raise DecodeError(str(path), f"cannot decode ({str(e).splitlines()[0][:200]})") from None
-    if img.dim() == 4:  # an animated GIF: (frames, 3, H, W)
-        img = img[0].clone()
+    if img.dim() == 4:  # a GIF: (frames, 3, H, W), one frame unless its blocks could not be followed
+        img = img[0].clone() if len(img) > 1 else img[0]
     if img.dtype != torch.uint8:
         img = to_dtype(img, torch.uint8, scale=True)
     return img
+
+
+def _animated_webp(magic: bytes) -> bool:
+    """Whether a file's first 21 bytes are an animated WEBP's (its VP8X header's animation flag):
+    torchvision.io refuses those, PIL gives their first frame."""
+    return magic[:4] == b"RIFF" and magic[8:16] == b"WEBPVP8X" and len(magic) > 20 and bool(magic[20] & 0x02)
 
 
 def _decode_with_pil(path: str, data: torch.Tensor) -> torch.Tensor:
