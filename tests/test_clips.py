@@ -68,7 +68,7 @@ def test_packed_clips_round_trip_equal_frame_folders(frames_root, tmp_path):
         assert ya == yb and torch.equal(a, b)
 
 
-@pytest.mark.parametrize("damage", ["truncate", "garble_magic", "garble_index", "garble_count", "empty"])
+@pytest.mark.parametrize("damage", ["truncate", "garble_magic", "garble_index", "garble_count", "zero_count", "empty"])
 def test_corrupt_pack_files_name_their_path(frames_root, tmp_path, damage):
     main(["pack", str(frames_root), str(tmp_path / "packed"), "--no-progress"])
     target = sorted((tmp_path / "packed").rglob("*.pack"))[0]
@@ -81,6 +81,8 @@ def test_corrupt_pack_files_name_their_path(frames_root, tmp_path, damage):
         data[16:24] = (10**9).to_bytes(8, "little")
     elif damage == "garble_count":  # 2**32 - 1 frames: a 32 GiB index must not be read (MemoryError)
         data[12:16] = (2**32 - 1).to_bytes(4, "little")
+    elif damage == "zero_count":  # no frame to choose from
+        data[12:16] = bytes(4)
     else:
         data = b""
     target.write_bytes(bytes(data))

@@ -156,12 +156,15 @@ def read_pack(path: str, indices: list[int]) -> list[torch.Tensor]:
 
 
 def pack_length(path: str) -> int:
-    """Number of frames in a pack file."""
+    """Number of frames in a pack file (at least 1: :class:`DecodeError` for none)."""
     with open(path, "rb") as f:
         head = f.read(_HEADER.size)
     if len(head) < _HEADER.size or head[:8] != PACK_MAGIC:
         raise DecodeError(path, "not a gpuaug pack file")
-    return _HEADER.unpack(head)[2]
+    n = _HEADER.unpack(head)[2]
+    if n == 0:  # pack_frames never writes one
+        raise DecodeError(path, "corrupt pack file (0 frames announced)")
+    return n
 
 
 class PackedClips(Dataset):
