@@ -5,6 +5,7 @@ import multiprocessing
 import os
 import struct
 import warnings
+import zlib
 from collections import namedtuple
 
 import numpy as np
@@ -181,6 +182,79 @@ def test_only_a_gifs_first_frame_is_decoded(tmp_path, photos, monkeypatch, kind)
     img, _ = ImageFiles([tmp_path / "x.gif"])[0]
     assert decoded == [whole.shape if kind == "one_frame" else whole.shape[1:]]  # one frame: (3, H, W)
     assert torch.equal(img, whole if kind == "one_frame" else whole[0])
+
+
+def _png(pixels: np.ndarray, color_type: int) -> bytes:
+    """A 16-bit PNG of ``(H, W, C)`` uint16 ``pixels`` (color type 0 gray, 2 RGB, 4 gray+alpha, 6
+    RGBA), written by hand: PIL writes no 16-bit RGB or alpha PNG."""
+    h, w = pixels.shape[:2]
+    rows = b"".join(b"\x00" + pixels[y].astype(">u2").tobytes() for y in range(h))
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    header = struct.pack(">IIBBBBB", w, h, 16, color_type, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+def _png_flavours(photo: torch.Tensor) -> dict[str, bytes]:
+    rgb = Image.fromarray(_rgb(photo)[:60, :90])
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    noise = np.random.default_rng(0).integers(0, 2**16, (30, 40, 4), dtype=np.uint16)
+    flavours = {
+        "rgb": (rgb, {}), "gray": (rgb.convert("L"), {}), "bilevel": (rgb.convert("1"), {}),
+        "palette": (rgb.convert("P"), {}), "palette_alpha": (rgb.convert("P"), {"transparency": bytes(range(256))}),
+        "rgba": (rgb.convert("RGBA"), {}), "gray_alpha": (rgb.convert("LA"), {}),
+        "gray_transparent": (rgb.convert("L"), {"transparency": 40}),
+        "rgb_transparent": (rgb, {"transparency": (10, 20, 30)}), "exif_rotated": (rgb, {"exif": exif}),
+        "gray16": (Image.fromarray(_sixteen_bit(_rgb(photo)[:60, :90, 0])), {}),
+    }
+    out = {}
+    for name, (image, save_args) in flavours.items():
+        buffer = io.BytesIO()
+        image.save(buffer, "PNG", **save_args)
+        out[name] = buffer.getvalue()
+    out.update(rgb16=_png(noise[..., :3], 2), rgba16=_png(noise, 6), gray_alpha16=_png(noise[..., :2], 4))
+    return out
+
+
+PNG_FLAVOURS = ["rgb", "gray", "bilevel", "palette", "palette_alpha", "rgba", "gray_alpha", "gray_transparent",
+                "rgb_transparent", "exif_rotated", "gray16", "rgb16", "rgba16", "gray_alpha16"]
+
+
+@pytest.mark.parametrize("flavour", PNG_FLAVOURS)
+def test_png_of_every_color_type_and_depth_decodes_as_torchvision_io(tmp_path, photos, flavour):
+    """PNGs are decoded by PIL (see the next test); each color type and bit depth gives exactly
+    what torchvision.io gives (mode RGB, EXIF orientation applied, 16 bits scaled to 8)."""
+    from torchvision.io import ImageReadMode, decode_image
+    from torchvision.transforms.v2.functional import to_dtype
+
+    data = _png_flavours(photos[2])[flavour]
+    expected = decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB,
+                            apply_exif_orientation=True)
+    expected = to_dtype(expected, torch.uint8, scale=True)
+    (tmp_path / "x.png").write_bytes(data)
+    img, _ = ImageFiles([tmp_path / "x.png"])[0]
+    assert isinstance(img, torch.Tensor) and img.dtype == torch.uint8
+    assert img.shape == expected.shape and torch.equal(img, expected)
+
+
+def test_corrupt_png_is_a_decode_error_not_a_crash(tmp_path, photos):
+    """One flipped bit in a PNG's image data: torchvision 0.29's decoder kills the process (SIGSEGV,
+    "libpng error: bad adaptive filter value"), so the check runs in a child process."""
+    import subprocess
+    import sys
+
+    data = bytearray(_encoded(photos[2], "PNG"))
+    data[len(data) // 2] ^= 0xFF
+    (tmp_path / "corrupt.png").write_bytes(bytes(data))
+    code = ("import sys; from gpuaug.data import ImageFiles; item, _ = ImageFiles([sys.argv[1]])[0]; "
+            "print(type(item).__name__, item.cause)")
+    run = subprocess.run([sys.executable, "-c", code, str(tmp_path / "corrupt.png")], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, (run.returncode, run.stderr[-500:])
+    assert run.stdout.startswith("BadFile cannot decode"), run.stdout
 
 
 def _sixteen_bit(gray: np.ndarray) -> np.ndarray:

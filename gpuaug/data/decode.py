@@ -1,7 +1,10 @@
 """Reading and decoding one image file to uint8 ``(3, H, W)``, with errors that name the file.
 
-JPEG, PNG, GIF and WEBP are decoded by ``torchvision.io``; every other format PIL reads (BMP, PPM/PGM,
-TIFF, AVIF, ...: what torchvision's own PIL-based ImageFolder opens) by PIL, which ships with torchvision.
+JPEG, GIF and WEBP are decoded by ``torchvision.io``; PNG, animated WEBP and every other format PIL
+reads (BMP, PPM/PGM, TIFF, AVIF, ...: what torchvision's own PIL-based ImageFolder opens) by PIL, which
+ships with torchvision. PNG goes to PIL because torchvision's decoder (0.29) kills the process
+(SIGSEGV) on a corrupt one, a single flipped bit in its image data, where PIL raises; on valid
+files the pixels are the same (tested on every PNG color type and bit depth).
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps
 from torchvision.io import ImageReadMode, decode_image, read_file
-from torchvision.transforms.v2.functional import to_dtype
 
 # Larger images are refused before decoding (PIL's decompression-bomb limit is 89.5 Mpx; twice it).
 MAX_PIXELS = 178_956_970
@@ -57,9 +59,10 @@ def is_jpeg(data: torch.Tensor) -> bool:
 
 
 def decoded_by_torchvision(data: bytes) -> bool:
-    """Whether ``torchvision.io.decode_image`` reads this format (JPEG, PNG, GIF, WEBP), by its magic bytes."""
-    return (data[:3] == _JPEG or data[:8] == _PNG or data[:4] == b"GIF8"
-            or (data[:4] == b"RIFF" and data[8:12] == b"WEBP"))
+    """Whether this file is decoded by ``torchvision.io`` (JPEG, GIF, a still WEBP), by its first
+    21 bytes; the rest go to PIL (see the module's docstring)."""
+    return data[:3] == _JPEG or data[:4] == b"GIF8" or (data[:4] == b"RIFF" and data[8:12] == b"WEBP"
+                                                          and not _animated_webp(data))
 
 
 def image_size(data: bytes) -> tuple[int, int] | None:
@@ -151,7 +154,7 @@ def check_size(path: str, data: torch.Tensor, max_pixels: int = MAX_PIXELS) -> N
     try:
         header = data[:65536].numpy().tobytes()
         size = image_size(header)
-        if size is None and data.numel() > len(header) and decoded_by_torchvision(header[:12]):
+        if size is None and data.numel() > len(header) and decoded_by_torchvision(header[:21]):
             # The header lies further in (after a JPEG's ICC profile or EXIF thumbnail, a GIF's
             # comments), and torchvision's decoders have no limit of their own (PIL's formats do).
             header = data.numpy().tobytes()
@@ -185,7 +188,7 @@ def decode_rgb(path: str, data: torch.Tensor) -> torch.Tensor:
     only that frame is decoded)."""
     check_size(path, data)
     magic = data[:21].numpy().tobytes()
-    if not decoded_by_torchvision(magic) or _animated_webp(magic):
+    if not decoded_by_torchvision(magic):
         return _decode_with_pil(path, data)
     if magic[:4] == b"GIF8" and (first := gif_first_frame(data.numpy().tobytes())) is not None:
         data = torch.frombuffer(bytearray(first), dtype=torch.uint8)
@@ -196,8 +199,6 @@ def decode_rgb(path: str, data: torch.Tensor) -> torch.Tensor:
         raise DecodeError(str(path), f"cannot decode ({str(e).splitlines()[0][:200]})") from None
     if img.dim() == 4:  # a GIF: (frames, 3, H, W), one frame unless its blocks could not be followed
         img = img[0].clone() if len(img) > 1 else img[0]
-    if img.dtype != torch.uint8:
-        img = to_dtype(img, torch.uint8, scale=True)
     return img
 
 
@@ -208,11 +209,14 @@ def _animated_webp(magic: bytes) -> bool:
 
 
 def _decode_with_pil(path: str, data: torch.Tensor) -> torch.Tensor:
-    """The formats torchvision.io does not read, through PIL, to what :func:`decode_rgb` gives."""
+    """PNG, animated WEBP and the formats torchvision.io does not read, through PIL, to what
+    :func:`decode_rgb` gives."""
     try:
         with _pil_quiet(), Image.open(io.BytesIO(data.numpy().tobytes())) as im:
+            png = im.format == "PNG"
             im = ImageOps.exif_transpose(im)
-            if im.mode.startswith("I;16"):  # 16-bit gray: scaled as torchvision's to_dtype scales it (>> 8)
+            # 16-bit gray (a PNG's is mode "I" in older Pillow): scaled as torchvision's to_dtype scales it (>> 8)
+            if im.mode.startswith("I;16") or (im.mode == "I" and png):
                 gray = (np.asarray(im).astype(np.uint16) >> 8).astype(np.uint8)
                 rgb = np.repeat(gray[..., None], 3, axis=-1)  # a new, writable array
             elif im.mode in ("I", "F"):  # 32-bit: no range that says what white is
