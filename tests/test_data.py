@@ -240,6 +240,31 @@ def test_png_of_every_color_type_and_depth_decodes_as_torchvision_io(tmp_path, p
     assert img.shape == expected.shape and torch.equal(img, expected)
 
 
+def test_sixteen_bit_gray_png_opened_as_mode_i_by_older_pillow_is_scaled(tmp_path, photos, monkeypatch):
+    """Pillow before 10.x opens a 16-bit gray PNG as mode "I" (32-bit), not "I;16": its values are
+    still 16-bit, scaled as torchvision.io's (not refused as a 32-bit image)."""
+    import gpuaug.data.decode as decode_module
+    from torchvision.io import ImageReadMode, decode_image
+    from torchvision.transforms.v2.functional import to_dtype
+
+    data = _png_flavours(photos[2])["gray16"]
+    open_image = Image.open
+
+    def older_pillow(*args, **kwargs):
+        im = open_image(*args, **kwargs)
+        assert im.mode == "I;16"
+        as_i = im.convert("I")
+        as_i.format = im.format
+        return as_i
+
+    monkeypatch.setattr(decode_module.Image, "open", older_pillow)
+    (tmp_path / "x.png").write_bytes(data)
+    img, _ = ImageFiles([tmp_path / "x.png"])[0]
+    expected = to_dtype(decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB),
+                        torch.uint8, scale=True)
+    assert isinstance(img, torch.Tensor) and torch.equal(img, expected)
+
+
 def test_corrupt_png_is_a_decode_error_not_a_crash(tmp_path, photos):
     """One flipped bit in a PNG's image data: torchvision 0.29's decoder kills the process (SIGSEGV,
     "libpng error: bad adaptive filter value"), so the check runs in a child process."""
