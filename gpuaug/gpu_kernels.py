@@ -53,7 +53,17 @@ except ImportError:  # pragma: no cover - torch's Linux CUDA wheels ship triton
 # Pixels per program (4 warps x 32 threads x 8) of the color kernels and of the geometry kernels.
 BLOCK = 1024
 GEOMETRY_BLOCK = 1024
+# CUDA's limit on a grid's second dimension, where these kernels put the samples (or sample x
+# channel planes): a bigger batch (a CIFAR-sized dataset augmented at once: 50000 x 3 planes) is
+# launched in parts of whole samples.
+MAX_GRID_Y = 65535
 _state: dict = {}
+
+
+def _parts(samples: int, programs_per_sample: int = 1) -> list[slice]:
+    """Consecutive runs of samples whose launches fit :data:`MAX_GRID_Y` along the grid's y."""
+    step = max(1, MAX_GRID_Y // programs_per_sample)
+    return [slice(start, min(start + step, samples)) for start in range(0, samples, step)]
 
 
 def usable(device) -> bool:
@@ -384,12 +394,16 @@ def color_program(x: Tensor, out: Tensor, ops: Tensor, factors: Tensor, mean: Te
     # that step (of that sample) after it: no fill needed.
     partials = torch.empty(B, max(steps, 1), tiles, device=x.device, dtype=torch.float32)
     shape = dict(STEPS=steps, CHANNELS=C, TILES=triton.next_power_of_2(tiles), BLOCK=BLOCK)
-    for step in range(steps):  # programs whose step is not contrast return at once
-        _contrast_sum_kernel[(tiles, B)](x, ops, factors, partials, pixels, tiles, step, **shape)
     normalize = mean is not None
     mean = mean.to(x.device, torch.float32).contiguous() if normalize else factors
     inv_std = inv_std.to(x.device, torch.float32).contiguous() if normalize else factors
-    _color_kernel[(tiles, B)](x, out, ops, factors, partials, mean, inv_std, pixels, tiles, NORMALIZE=normalize, **shape)
+    for part in _parts(B):
+        n = part.stop - part.start
+        for step in range(steps):  # programs whose step is not contrast return at once
+            _contrast_sum_kernel[(tiles, n)](x[part], ops[part], factors[part], partials[part], pixels, tiles, step,
+                                             **shape)
+        _color_kernel[(tiles, n)](x[part], out[part], ops[part], factors[part], partials[part], mean, inv_std, pixels,
+                                  tiles, NORMALIZE=normalize, **shape)
     return out
 
 
@@ -411,9 +425,10 @@ def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor | None = None, blend: bo
     out = torch.empty(B, C, H, W, device=x.device, dtype=x.dtype)
     matrix = matrix.to(x.device, torch.float32).contiguous()
     fill_arg = fill.to(x.device, torch.float32).contiguous() if fill is not None else matrix
-    _warp_kernel[(triton.cdiv(H * W, GEOMETRY_BLOCK), B)](x, out, matrix, fill_arg, H, W, *x.stride(),
-                                                          CHANNELS=C, FILL=fill is not None, BLEND=bool(blend),
-                                                          NEAREST=bool(nearest), BLOCK=GEOMETRY_BLOCK)
+    for part in _parts(B):
+        _warp_kernel[(triton.cdiv(H * W, GEOMETRY_BLOCK), part.stop - part.start)](
+            x[part], out[part], matrix[part], fill_arg, H, W, *x.stride(), CHANNELS=C, FILL=fill is not None,
+            BLEND=bool(blend), NEAREST=bool(nearest), BLOCK=GEOMETRY_BLOCK)
     return out
 
 
@@ -496,14 +511,16 @@ def resample_axes(x: Tensor | Packed, axes: Tensor, size: tuple[int, int], taps:
     tmp = torch.empty(B, C, h, W, device=src.device, dtype=dtype)
     out = torch.empty(B, C, h, w, device=src.device, dtype=dtype)
     strides = (0, 0, 0, 0) if ragged else x.stride()
-    _resample_kernel[(triton.cdiv(h * W, GEOMETRY_BLOCK), B * C)](
-        src, tmp, axes, x.table if ragged else axes, h, W, H, *strides, 1.0,
-        CHANNELS=C, TAPS=ky, AXIS=0, RAGGED=ragged, ANTIALIAS=antialias, PAD=pad,
-        PAD_OUTPUT=bool(pad_output), CUBIC=bool(cubic), BLOCK=GEOMETRY_BLOCK)
-    _resample_kernel[(triton.cdiv(h * w, GEOMETRY_BLOCK), B * C)](
-        tmp, out, axes, axes, h, w, W, *tmp.stride(), float(scale),
-        CHANNELS=C, TAPS=kx, AXIS=1, RAGGED=False, ANTIALIAS=antialias, PAD=pad,
-        PAD_OUTPUT=bool(pad_output), CUBIC=bool(cubic), BLOCK=GEOMETRY_BLOCK)
+    for part in _parts(B, C):  # a ragged part: the whole buffer, the part's rows of the table (absolute offsets)
+        planes = (part.stop - part.start) * C
+        _resample_kernel[(triton.cdiv(h * W, GEOMETRY_BLOCK), planes)](
+            src if ragged else src[part], tmp[part], axes[part], x.table[part] if ragged else axes, h, W, H, *strides,
+            1.0, CHANNELS=C, TAPS=ky, AXIS=0, RAGGED=ragged, ANTIALIAS=antialias, PAD=pad,
+            PAD_OUTPUT=bool(pad_output), CUBIC=bool(cubic), BLOCK=GEOMETRY_BLOCK)
+        _resample_kernel[(triton.cdiv(h * w, GEOMETRY_BLOCK), planes)](
+            tmp[part], out[part], axes[part], axes, h, w, W, *tmp.stride(), float(scale),
+            CHANNELS=C, TAPS=kx, AXIS=1, RAGGED=False, ANTIALIAS=antialias, PAD=pad,
+            PAD_OUTPUT=bool(pad_output), CUBIC=bool(cubic), BLOCK=GEOMETRY_BLOCK)
     return out
 
 

@@ -151,3 +151,26 @@ def test_triton_color_kernel_matches_torch_color_kernels(photos, monkeypatch):
     err = (fused.float() - plain.float()).abs()
     assert (err > 4 / 255 / min(ga.IMAGENET_STD)).float().mean() < 1e-4, err.max()
 
+
+
+def test_a_batch_past_cudas_grid_limit_runs_the_triton_kernels(monkeypatch):
+    """50000 CIFAR images at once (as fast CIFAR recipes augment the whole set each epoch): 150000
+    sample x channel planes, past the 65535 programs a CUDA grid holds along y. The kernels launch
+    in parts, no fallback warning, and agree with the torch kernels."""
+    from gpuaug import gpu_kernels
+
+    if gpu_kernels.triton is None:
+        pytest.skip("Triton is not installed here")
+    monkeypatch.delenv("GPUAUG_TRITON", raising=False)
+    images = torch.randint(0, 256, (50000, 3, 32, 32), dtype=torch.uint8, device="cuda",
+                           generator=torch.Generator("cuda").manual_seed(0))
+    steps = [ga.RandomCrop(32, padding=4), ga.RandomHorizontalFlip(), ga.RandomRotation(10),
+             ga.ColorJitter(0.4, 0.4, 0.4, 0.1), ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # a fallback warning: a launch failed
+        fused, params = ga.Pipeline(*steps, device="cuda", seed=4)(images, return_params=True)
+    assert not gpu_kernels._state.get("broken")
+    monkeypatch.setenv("GPUAUG_TRITON", "0")
+    plain = ga.Pipeline(*steps, device="cuda", seed=4)(images, params=params)
+    err = (fused.float() - plain.float()).abs()
+    assert (err > 4 / 255 / min(ga.IMAGENET_STD)).float().mean() < 1e-4, err.max()

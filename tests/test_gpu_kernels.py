@@ -310,6 +310,51 @@ def test_warp_reads_a_transposed_layout(kernel):
     assert (kernel.warp_affine(x, m) - gaG.warp_affine(x.contiguous(), m)).abs().max() < 1e-5
 
 
+@pytest.mark.parametrize("limit", [3, 4, 7])
+def test_batches_past_the_grid_limit_launch_in_parts(kernel, monkeypatch, limit, nan_empty):
+    """CUDA grids hold at most 65535 programs along y, where the kernels put the samples (or
+    sample x channel planes): a larger batch (50000 CIFAR images x 3 planes) is launched in parts.
+    Here the limit is made small; every kernel gives what it gives in one launch, a ragged list too."""
+    g = torch.Generator().manual_seed(21)
+    x = torch.randint(0, 256, (7, 3, 29, 33), generator=g, dtype=torch.uint8)
+    images = [torch.randint(0, 256, (3, 20 + 3 * i, 25 + i), generator=g, dtype=torch.uint8) for i in range(7)]
+    axes, ragged_axes, taps = _axes(7, 29, 12, seed=22), _axes(7, 20, 12, seed=23), (4, 4)
+    ops = torch.randint(0, 5, (7, 4), generator=g, dtype=torch.int32)
+    factors = torch.rand(7, 4, generator=g) * 1.5 - 0.25
+    m = _matrices(7, 12, 12)
+    mean, inv_std = torch.tensor(ga.IMAGENET_MEAN), 1 / torch.tensor(ga.IMAGENET_STD)
+
+    def run():
+        resampled = kernel.resample_axes(x, axes, (12, 12), taps, torch.float32, 1 / 255)
+        ragged = kernel.resample_axes(kernel.pack_images(images, torch.device("cpu")), ragged_axes, (12, 12), taps,
+                                      torch.float32, 1 / 255)
+        warped = kernel.warp_affine(resampled, m, torch.tensor([0.1, 0.5, 0.9]))
+        colored = kernel.color_program(warped, torch.empty_like(warped), ops, factors, mean, inv_std)
+        return resampled, ragged, warped, colored
+
+    whole = run()
+    monkeypatch.setattr(kernel, "MAX_GRID_Y", limit)
+    launches = []
+    for name in ("_resample_kernel", "_warp_kernel", "_color_kernel"):
+        launcher = getattr(kernel, name)
+
+        class Counting:
+            def __init__(self, launcher, name):
+                self.launcher, self.name = launcher, name
+
+            def __getitem__(self, grid):
+                launches.append((self.name, grid[1]))
+                return self.launcher[grid]
+
+        monkeypatch.setattr(kernel, name, Counting(launcher, name))
+    parts = run()
+    for a, b in zip(whole, parts):
+        assert torch.equal(a, b)
+    assert max(y for _, y in launches) <= limit
+    assert sum(y for name, y in launches if name == "_warp_kernel") == 7
+    assert sum(y for name, y in launches if name == "_resample_kernel") == 4 * 7 * 3  # 2 passes x 2 calls
+
+
 def test_warp_bad_arguments(kernel):
     x = torch.rand(2, 3, 8, 8)
     with pytest.raises(ValueError, match=r"expected \(B=2, 3, 3\) matrices"):
