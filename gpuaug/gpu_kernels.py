@@ -60,10 +60,15 @@ MAX_GRID_Y = 65535
 _state: dict = {}
 
 
-def _parts(samples: int, programs_per_sample: int = 1) -> list[slice]:
-    """Consecutive runs of samples whose launches fit :data:`MAX_GRID_Y` along the grid's y."""
+def _parts(samples: int, programs_per_sample: int = 1) -> list[tuple]:
+    """Consecutive runs of samples whose launches fit :data:`MAX_GRID_Y` along the grid's y, as
+    ``(rows, count)``: ``rows(t)`` is the run's rows of a per-sample tensor, ``t`` itself where
+    the whole batch fits (the usual case makes no views: each costs ~2 us of host time)."""
     step = max(1, MAX_GRID_Y // programs_per_sample)
-    return [slice(start, min(start + step, samples)) for start in range(0, samples, step)]
+    if samples <= step:
+        return [(lambda t: t, samples)]
+    return [((lambda t, run=slice(start, start + step): t[run]), min(step, samples - start))
+            for start in range(0, samples, step)]
 
 
 def usable(device) -> bool:
@@ -397,12 +402,11 @@ def color_program(x: Tensor, out: Tensor, ops: Tensor, factors: Tensor, mean: Te
     normalize = mean is not None
     mean = mean.to(x.device, torch.float32).contiguous() if normalize else factors
     inv_std = inv_std.to(x.device, torch.float32).contiguous() if normalize else factors
-    for part in _parts(B):
-        n = part.stop - part.start
+    for rows, n in _parts(B):
         for step in range(steps):  # programs whose step is not contrast return at once
-            _contrast_sum_kernel[(tiles, n)](x[part], ops[part], factors[part], partials[part], pixels, tiles, step,
+            _contrast_sum_kernel[(tiles, n)](rows(x), rows(ops), rows(factors), rows(partials), pixels, tiles, step,
                                              **shape)
-        _color_kernel[(tiles, n)](x[part], out[part], ops[part], factors[part], partials[part], mean, inv_std, pixels,
+        _color_kernel[(tiles, n)](rows(x), rows(out), rows(ops), rows(factors), rows(partials), mean, inv_std, pixels,
                                   tiles, NORMALIZE=normalize, **shape)
     return out
 
@@ -425,9 +429,9 @@ def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor | None = None, blend: bo
     out = torch.empty(B, C, H, W, device=x.device, dtype=x.dtype)
     matrix = matrix.to(x.device, torch.float32).contiguous()
     fill_arg = fill.to(x.device, torch.float32).contiguous() if fill is not None else matrix
-    for part in _parts(B):
-        _warp_kernel[(triton.cdiv(H * W, GEOMETRY_BLOCK), part.stop - part.start)](
-            x[part], out[part], matrix[part], fill_arg, H, W, *x.stride(), CHANNELS=C, FILL=fill is not None,
+    for rows, n in _parts(B):
+        _warp_kernel[(triton.cdiv(H * W, GEOMETRY_BLOCK), n)](
+            rows(x), rows(out), rows(matrix), fill_arg, H, W, *x.stride(), CHANNELS=C, FILL=fill is not None,
             BLEND=bool(blend), NEAREST=bool(nearest), BLOCK=GEOMETRY_BLOCK)
     return out
 
@@ -511,14 +515,13 @@ def resample_axes(x: Tensor | Packed, axes: Tensor, size: tuple[int, int], taps:
     tmp = torch.empty(B, C, h, W, device=src.device, dtype=dtype)
     out = torch.empty(B, C, h, w, device=src.device, dtype=dtype)
     strides = (0, 0, 0, 0) if ragged else x.stride()
-    for part in _parts(B, C):  # a ragged part: the whole buffer, the part's rows of the table (absolute offsets)
-        planes = (part.stop - part.start) * C
-        _resample_kernel[(triton.cdiv(h * W, GEOMETRY_BLOCK), planes)](
-            src if ragged else src[part], tmp[part], axes[part], x.table[part] if ragged else axes, h, W, H, *strides,
+    for rows, n in _parts(B, C):  # a ragged part: the whole buffer, the part's rows of the table (absolute offsets)
+        _resample_kernel[(triton.cdiv(h * W, GEOMETRY_BLOCK), n * C)](
+            src if ragged else rows(src), rows(tmp), rows(axes), rows(x.table) if ragged else axes, h, W, H, *strides,
             1.0, CHANNELS=C, TAPS=ky, AXIS=0, RAGGED=ragged, ANTIALIAS=antialias, PAD=pad,
             PAD_OUTPUT=bool(pad_output), CUBIC=bool(cubic), BLOCK=GEOMETRY_BLOCK)
-        _resample_kernel[(triton.cdiv(h * w, GEOMETRY_BLOCK), planes)](
-            tmp[part], out[part], axes[part], axes, h, w, W, *tmp.stride(), float(scale),
+        _resample_kernel[(triton.cdiv(h * w, GEOMETRY_BLOCK), n * C)](
+            rows(tmp), rows(out), rows(axes), axes, h, w, W, *tmp.stride(), float(scale),
             CHANNELS=C, TAPS=kx, AXIS=1, RAGGED=False, ANTIALIAS=antialias, PAD=pad,
             PAD_OUTPUT=bool(pad_output), CUBIC=bool(cubic), BLOCK=GEOMETRY_BLOCK)
     return out

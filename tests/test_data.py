@@ -174,8 +174,9 @@ def test_only_a_gifs_first_frame_is_decoded(tmp_path, photos, monkeypatch, kind)
     decoded = []
 
     def spy(*args, **kwargs):
-        decoded.append(decode_image(*args, **kwargs).shape)
-        return decode_image(*args, **kwargs)
+        out = decode_image(*args, **kwargs)
+        decoded.append(out.shape)
+        return out
 
     monkeypatch.setattr(decode_module, "decode_image", spy)
     (tmp_path / "x.gif").write_bytes(data)

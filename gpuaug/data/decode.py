@@ -169,16 +169,14 @@ def check_size(path: str, data: torch.Tensor, max_pixels: int = MAX_PIXELS) -> N
         # work grows with the file's size, as any image's does; nothing to count there (baseline
         # photos, most of a dataset, skip the pass over their bytes).
         frame = jpeg_frame(header)
-        if (frame is None or frame[0] not in (0xC0, 0xC1)) and (scans := jpeg_scan_count(data)) > MAX_JPEG_SCANS:
-            raise DecodeError(str(path), f"too many scans ({scans}, more than {MAX_JPEG_SCANS}): decoding would "
-                                         f"pass over the image {scans} times (real progressive JPEGs have about 10)")
-
-
-def jpeg_scan_count(data: torch.Tensor) -> int:
-    """How many scans a JPEG (uint8 1-D) has: its start-of-scan markers. Entropy-coded data
-    cannot hold one (a 0xFF byte there is followed by 0x00 or a restart marker); an embedded
-    thumbnail's or a profile's bytes may add a few, far below :data:`MAX_JPEG_SCANS`."""
-    return data.numpy().tobytes().count(b"\xff\xda")
+        if frame is None or frame[0] not in (0xC0, 0xC1):
+            whole = header if len(header) == data.numel() else data.numpy().tobytes()
+            # Its start-of-scan markers: entropy-coded data cannot hold one (a 0xFF there is followed
+            # by 0x00 or a restart marker); a thumbnail's or a profile's bytes may add a few.
+            if (scans := whole.count(b"\xff\xda")) > MAX_JPEG_SCANS:
+                raise DecodeError(str(path), f"too many scans ({scans}, more than {MAX_JPEG_SCANS}): decoding "
+                                             f"would pass over the image {scans} times (real progressive JPEGs "
+                                             f"have about 10)")
 
 
 def decode_rgb(path: str, data: torch.Tensor) -> torch.Tensor:
