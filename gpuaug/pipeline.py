@@ -15,7 +15,7 @@ from .inputs import check_float_range, checked_dtype, checked_seed, inspect_imag
 from .packed import PackedImages
 from .functional.geometry import (axis_taps, crop_boxes, crop_or_pad, resample_separable, resized_crops, single_taps,
                                  tap_count, warp_affine)
-from .transforms._base import Draw, Op, Params, Sizes, to_device
+from .transforms._base import Draw, Op, Params, Sizes, move, to_device
 from .transforms.color import ColorOp, Normalize, color_programs
 from .transforms.geometry import (AxisMap, CenterCrop, GeometricOp, RandomCrop, RandomHorizontalFlip, RandomResizedCrop,
                                  RandomRotation, RandomVerticalFlip, Resize)
@@ -262,7 +262,7 @@ class Pipeline(nn.Module):
         # CUDA kernels: a ragged batch is packed into one buffer (if not already) and read unpadded.
         packs = sizes.per_image is not None and plan["axes"] is not None
         if isinstance(items, PackedImages) and not packs:
-            items = list(items.to(self.device, non_blocking=True))  # one copy, then views
+            items = list(move(items, self.device))  # one copy, then views
         out = None
         for part in parts:
             if packs:  # one part: the whole batch
@@ -492,11 +492,11 @@ class Pipeline(nn.Module):
     # ---- input and params checks ---------------------------------------------------------------
 
     def _stack(self, items: list[Tensor] | Tensor, sizes: Sizes) -> Tensor:
-        """Move to the device (non-blocking) as one ``(N, C, H, W)`` batch, ragged images padded."""
+        """Move to the device (:func:`move`) as one ``(N, C, H, W)`` batch, ragged images padded."""
         dev = self.device
         if isinstance(items, Tensor):
-            return items.to(dev, non_blocking=True)
-        moved = [t.to(dev, non_blocking=True) for t in items]
+            return move(items, dev)
+        moved = [move(t, dev) for t in items]
         if sizes.uniform is not None:
             return torch.stack(moved)
         H, W = sizes.max()
@@ -523,7 +523,7 @@ class Pipeline(nn.Module):
                 if not isinstance(v, Tensor) or v.shape != want[k].shape:
                     raise ValueError(f"params[{name}][{k!r}] should be a tensor of shape {tuple(want[k].shape)} (first "
                                      f"dimension {n}, one per sample), got {getattr(v, 'shape', type(v).__name__)}")
-            out.append({k: v.to(self.device, want[k].dtype, non_blocking=True) for k, v in p.items()})
+            out.append({k: move(v, self.device, want[k].dtype) for k, v in p.items()})
         return out
 
 

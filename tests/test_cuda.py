@@ -102,6 +102,17 @@ def test_cpu_batch_is_moved_to_the_pipeline_device(photos):
     assert out.device.type == "cuda"
 
 
+def test_a_cpu_pipeline_given_cuda_images_and_params_reads_them_whole(photos):
+    """The copies to the host block: a non-blocking one could be read before it lands."""
+    pipe = ga.Pipeline(*ops(), device="cpu", seed=4)
+    batch = torch.stack([p[:, :300, :400] for p in photos])
+    expected, params = pipe(batch, return_params=True)
+    images = batch.cuda().repeat(16, 1, 1, 1)
+    gpu_params = [{k: v.cuda().repeat(16, *[1] * (v.dim() - 1)) for k, v in p.items()} for p in params]
+    torch.cuda._sleep(100_000_000)  # the copies to the host queue behind this: a non-blocking one would be read early
+    assert torch.equal(pipe(images, params=gpu_params)[:len(batch)], expected)
+
+
 def test_ragged_list_on_cuda_matches_each_alone(photos):
     pipe = ga.Pipeline(*ops(), device="cuda", seed=1)
     out, params = pipe([p.cuda() for p in photos], return_params=True)

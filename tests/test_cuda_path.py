@@ -32,11 +32,12 @@ pytestmark = pytest.mark.skipif(not _fake_cuda_works(), reason="this torch build
 
 
 class _BlockingCopies(TorchDispatchMode):
-    """Records every copy between host and device that is not ``non_blocking``."""
+    """Records every copy between host and device that is not ``non_blocking`` (``found``), and
+    whether each copy from the device to the host blocked (``to_host``)."""
 
     def __init__(self):
         super().__init__()
-        self.found = []
+        self.found, self.to_host = [], []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -46,6 +47,8 @@ class _BlockingCopies(TorchDispatchMode):
             src, dst, blocking = args[1].device, args[0].device, not (len(args) > 2 and args[2])
         else:
             return func(*args, **kwargs)
+        if src.type != "cpu" and dst.type == "cpu":
+            self.to_host.append(blocking)
         if src.type != dst.type and blocking:
             self.found.append(f"{func.__name__} {src} -> {dst}, shape {tuple(args[0].shape)}")
         return func(*args, **kwargs)
@@ -161,6 +164,26 @@ def test_cuda_path_resize_and_center_crop_have_no_host_sync(photos, fake_cuda, s
             out = pipe(images)
     assert copies.found == []
     assert out.shape == (4, 3, 64, 72) and out.is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize("layout", ["batch", "ragged list", "packed", "replayed params"])
+def test_a_cpu_pipeline_waits_for_what_comes_from_the_gpu(photos, monkeypatch, layout):
+    """CUDA images (or params drawn on CUDA) given to a CPU pipeline reach the host by blocking
+    copies: a non-blocking copy to the host returns before the data lands, and the CPU kernels
+    would read whatever the buffer held."""
+    monkeypatch.setattr(ga.cpu, "OWN_PATH", False)  # the torch kernels, which fake tensors run
+    steps, batch = ops(), torch.stack([p[:, :200, :240] for p in photos])
+    packed = ga.PackedImages.pack(photos)
+    with fake_tensor.FakeTensorMode(allow_non_fake_inputs=True):
+        pipe = ga.Pipeline(*steps, device="cpu", seed=0)
+        images, params = {"batch": batch.to("cuda"), "ragged list": [p.to("cuda") for p in photos],
+                          "packed": packed.to("cuda")}.get(layout, batch), None
+        if layout == "replayed params":
+            params = [{k: v.to("cuda") for k, v in p.items()} for p in pipe(batch, return_params=True)[1]]
+        with _BlockingCopies() as copies:
+            out = pipe(images, params=params)
+    assert copies.to_host and all(copies.to_host), copies.to_host
+    assert out.device.type == "cpu" and out.shape == (4, 3, 64, 64)
 
 
 def test_op_buffers_follow_the_pipeline_device():

@@ -12,6 +12,7 @@ from torchvision.io import ImageReadMode, decode_jpeg
 
 from ..device import select_device
 from ..packed import PackedImages
+from ..transforms._base import move
 from .collate import Batch
 from .datasets import BadFile, Encoded
 from .decode import DecodeError, decode_rgb, quiet_torchvision_io
@@ -198,7 +199,7 @@ class DeviceLoader:
         own thread instead, which is cheaper for the loop."""
         if self.device.type == "cuda" and t.device.type == "cpu" and not t.is_pinned():
             t = t.pin_memory()
-        return t.to(self.device, non_blocking=True)
+        return move(t, self.device)
 
     def _decode(self, encoded):
         """Decode JPEG bytes on the device, all at once; a file that fails alone is a bad file."""

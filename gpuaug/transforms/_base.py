@@ -19,6 +19,17 @@ def to_device(values, device, dtype: torch.dtype = torch.float32) -> Tensor:
     return torch.tensor(values, dtype=dtype).to(device, non_blocking=True)
 
 
+def move(t, device, dtype: torch.dtype | None = None):
+    """``t`` (a tensor, or a :class:`gpuaug.PackedImages` without ``dtype``) on ``device``, copied
+    non-blocking unless it lands on the CPU: a non-blocking copy from a GPU to the host returns
+    before the data is there, and the CPU kernels that read it next do not wait for it (torch
+    documents this), so a copy to the host blocks."""
+    non_blocking = torch.device(device).type != "cpu"
+    if dtype is None:
+        return t.to(device, non_blocking=non_blocking)
+    return t.to(device, dtype, non_blocking=non_blocking)
+
+
 class Sizes:
     """Host-side ``(height, width)`` of each image at some point of the pipeline.
 
