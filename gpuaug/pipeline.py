@@ -73,7 +73,8 @@ class Pipeline(nn.Module):
             if not isinstance(op, Op):
                 raise TypeError(f"Pipeline expects gpuaug ops, got {type(op).__name__}: {op!r}")
         first_rotation = next((i for i, op in enumerate(ops) if isinstance(op, RandomRotation)), len(ops))
-        self._check_order(ops, first_rotation)
+        # Crops holding a fill or a copying padding_mode that never pad here: plain crops (below).
+        self._plain_crops = self._check_order(ops, first_rotation)
         self.ops = nn.ModuleList(ops)
         # The three stages, fixed at construction, as positions in ``ops`` (params go by position,
         # so an op listed twice draws twice, as in torchvision's Compose): crop/resize/flip ops
@@ -89,8 +90,8 @@ class Pipeline(nn.Module):
         moves = (RandomCrop, CenterCrop, RandomHorizontalFlip, RandomVerticalFlip)
         self._moves_pixels_only = all(isinstance(ops[i], moves) for i in self._resample_at)
         # The value of the padding of the map (RandomCrop's fill), where it is not 0.
-        self._pad_fill = next((ops[i].fill for i in self._resample_at
-                               if isinstance(ops[i], RandomCrop) and ops[i].fills), None)
+        self._pad_fill = next((ops[i].fill for i in self._resample_at if isinstance(ops[i], RandomCrop)
+                               and ops[i].fills and i not in self._plain_crops), None)
         self.dtype = checked_dtype(dtype)
         self.channels_last = bool(channels_last)
         self.seed = int(torch.randint(0, 2**62, (1,)).item()) if seed is None else checked_seed(seed)
@@ -102,16 +103,23 @@ class Pipeline(nn.Module):
         self.ops.to(self.device)
 
     @staticmethod
-    def _check_order(ops: Sequence[Op], first_rotation: int) -> None:
+    def _check_order(ops: Sequence[Op], first_rotation: int) -> list[int]:
+        """ValueError for what the one resampling and the one warp cannot compute; -> the
+        positions of the crops before the rotation whose padding is not zeros but which never pad
+        (the fixed size before them is no smaller and they have no ``padding``): mapped as plain
+        crops, so that their fill or mode does not reach the zeros another crop padded with."""
         resampled = list(ops[:first_rotation])
         # A crop whose padding is not zeros (it copies the canvas's pixels, or holds a fill) must
         # be the only op of the map that pads: the map knows one padding. After a resize, copies
         # are of resized pixels, which no second resize may filter: the map resamples once.
-        special = [op for op in resampled if isinstance(op, RandomCrop) and (op.padding_mode != "constant" or op.fills)]
+        special = [i for i, op in enumerate(resampled)
+                   if isinstance(op, RandomCrop) and (op.padding_mode != "constant" or op.fills)]
+        may_pad = _may_pad(resampled)
+        plain = [i for i in special if i not in may_pad]
+        special = [i for i in special if i in may_pad]
         if special:
-            op = special[0]
-            may_pad = _may_pad(resampled)
-            at = resampled.index(op)
+            at = special[0]
+            op = resampled[at]
             resizes = [[o for o in part if isinstance(o, (Resize, RandomResizedCrop))]
                        for part in (resampled[:at], resampled[at + 1:])]
             copies = op.padding_mode != "constant"
@@ -148,6 +156,7 @@ class Pipeline(nn.Module):
             elif cropped and isinstance(op, GeometricOp):
                 raise ValueError(f"{type(op).__name__} after the CenterCrop that follows RandomRotation is not "
                                  f"supported: put flips before that CenterCrop")
+        return plain
 
     @property
     def device(self) -> torch.device:
@@ -321,7 +330,10 @@ class Pipeline(nn.Module):
             zoom_y = zoom_x = 1.0
             for i in self._resample_at:
                 op = self.ops[i]
-                op.map_axes(axes, params[i], s)
+                if i in self._plain_crops:
+                    op.map_axes(axes, params[i], s, padding_mode="constant")
+                else:
+                    op.map_axes(axes, params[i], s)
                 zy, zx = op.max_scale(s)
                 zoom_y, zoom_x = zoom_y * zy, zoom_x * zx
                 s = op.output_sizes(s)
@@ -527,16 +539,16 @@ class Pipeline(nn.Module):
         return out
 
 
-def _may_pad(ops: Sequence[Op]) -> list[Op]:
-    """The crops of ``ops`` (crop/resize/flip ops, in order) that may pad: a ``RandomCrop`` with
-    ``padding``, and a ``CenterCrop`` or ``pad_if_needed`` crop larger than the fixed size before it
-    (or after an op whose output size depends on the input's: any of them)."""
+def _may_pad(ops: Sequence[Op]) -> list[int]:
+    """The positions of the crops of ``ops`` (crop/resize/flip ops, in order) that may pad: a
+    ``RandomCrop`` with ``padding``, and a ``CenterCrop`` or ``pad_if_needed`` crop larger than the
+    fixed size before it (or after an op whose output size depends on the input's: any of them)."""
     padders, size = [], None  # the fixed (h, w) the ops so far give, if they give one
-    for op in ops:
+    for i, op in enumerate(ops):
         if isinstance(op, (CenterCrop, RandomCrop)):
             larger = size is None or op.size[0] > size[0] or op.size[1] > size[1]
             if (any(op.padding) or op.pad_if_needed and larger) if isinstance(op, RandomCrop) else larger:
-                padders.append(op)
+                padders.append(i)
         if isinstance(op, (CenterCrop, RandomCrop, RandomResizedCrop)):
             size = op.size
         elif isinstance(op, Resize):

@@ -371,6 +371,27 @@ def test_random_crop_fill_per_sample(small_photos, kernel_path, fill):
     assert (out == torch.tensor(fill).view(-1, 1, 1)).all(1).float().mean() > 0.05  # the fill is there
 
 
+@pytest.mark.parametrize("kwargs", [dict(fill=0.3), dict(fill=(0.2, 0.5, 0.9)), dict(padding_mode="edge"),
+                                    dict(padding_mode="reflect"), dict(padding_mode="symmetric")],
+                         ids=["fill", "fill per channel", "edge", "reflect", "symmetric"])
+def test_a_crop_that_never_pads_leaves_the_zeros_another_padded_with(small_photos, kernel_path, kwargs):
+    """A pad_if_needed crop with a fill or a copying mode, after a CenterCrop larger than some
+    images (torchvision pads those with zeros) and no smaller than the crop: it never pads, so its
+    fill or mode shows nowhere, and what it cuts of the CenterCrop's padding is zeros (gpuaug once
+    gave its fill, or copies of pixels, there)."""
+    images = [TF.to_dtype(TF.center_crop(p, list(hw)), torch.uint8, scale=True)
+              for p, hw in zip(small_photos, [(50, 60), (90, 100), (70, 130), (40, 44)])] * 2
+    crop = ga.RandomCrop((48, 56), pad_if_needed=True, **kwargs)
+    out, params = run([ga.CenterCrop((80, 90)), crop, ga.RandomHorizontalFlip()], images, seed=14)
+    zeros = 0
+    for i, img in enumerate(images):
+        ref = TF.crop(TF.center_crop(to_float(img), [80, 90]), int(params[1]["top"][i]), int(params[1]["left"][i]), 48, 56)
+        ref = TF.horizontal_flip(ref) if params[2]["flip"][i] else ref
+        assert (out[i] - ref).abs().max() < 1e-4, i
+        zeros += (ref == 0).all(0).sum().item()
+    assert zeros > 1000  # the crops cut into the CenterCrop's padding
+
+
 @pytest.mark.parametrize("mode", ["edge", "reflect", "symmetric"])
 def test_copying_padding_read_from_the_whole_image_by_small_crops(small_photos, kernel_path, mode):
     """Small crops of a widely padded image land partly or wholly in the padding, where the mode

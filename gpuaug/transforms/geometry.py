@@ -322,7 +322,9 @@ class RandomCrop(GeometricOp):
             channel, in the [0, 1] range of gpuaug's float images (torchvision's fill for uint8
             images is in 0-255: divide it by 255). A crop with ``fill != 0`` must be the only op
             before RandomRotation that may pad (a CenterCrop larger than the image pads with 0:
-            one after an op of a fixed size no smaller cannot).
+            one after an op of a fixed size no smaller cannot). A crop that never pads (no
+            ``padding``, and the fixed size before it no smaller) is a plain crop: its fill and
+            mode are unused, and it is not held to these rules.
         padding_mode: ``"constant"``, ``"edge"``, ``"reflect"`` or ``"symmetric"``, as torchvision
             pads. The last three copy the image's pixels into the padding (after a resize, the
             resized image's, as torchvision pads what the resize gave); such a crop must not sit
@@ -383,9 +385,11 @@ class RandomCrop(GeometricOp):
         corner = bounds[:, :2] + draw.integers(bounds[:, 2:])
         return {"top": corner[:, 0], "left": corner[:, 1]}
 
-    def map_axes(self, axes: AxisMap, params: Params, sizes: Sizes) -> None:
+    def map_axes(self, axes: AxisMap, params: Params, sizes: Sizes, padding_mode: str | None = None) -> None:
+        """``padding_mode``: in place of this crop's (the pipeline's "constant" for a crop that
+        never pads where another crop's zero padding is in its reach)."""
         axes.crop(torch.stack([params["top"], params["left"]], 1), _pair(self.size, axes.scale.device),
-                  self.padding_mode)
+                  padding_mode or self.padding_mode)
 
 
 def parse_fill(fill) -> tuple[float, ...]:
