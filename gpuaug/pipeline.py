@@ -322,7 +322,7 @@ class Pipeline(nn.Module):
         whose maps are all plain crops (+ flips), resized, or whole-pixel parts of such (torchvision's
         uint8 kernel, see ``_geometry``),
         else as filter taps (:func:`_filter_taps`)."""
-        plan = {"resample": None, "axes": None, "rows": None, "cols": None, "boxes": None, "single": None, "size": None,
+        plan = {"resample": None, "axes": None, "rows": None, "cols": None, "boxes": None, "exact": None, "single": None, "size": None,
                 "warp": None, "fill": None, "blend": True, "nearest": False, "pad_fill": None, "final_crop": None, "kernels": kernels}
         s = sizes
         if self._resample_at or sizes.uniform is None:
@@ -360,8 +360,10 @@ class Pipeline(nn.Module):
                 ys, xs = (crop_boxes(scale[:, a], offset[:, a], (lo[:, a], hi[:, a]), (valid_lo[:, a], valid_hi[:, a]),
                                      length, (content_lo[:, a], content_hi[:, a]))
                           for a, length in ((0, h), (1, w)))
-                plan["boxes"] = (ys, xs) if ys is not None and xs is not None else None
-            if plan["axes"] is None and plan["boxes"] is None:
+                exact = ys[-1] & xs[-1]
+                if bool(exact.any()):  # these by torchvision's uint8 kernel, the rest (padding) in float
+                    plan["boxes"], plan["exact"] = (ys[:-1], xs[:-1]), None if bool(exact.all()) else exact
+            if plan["axes"] is None and (plan["boxes"] is None or plan["exact"] is not None):
                 plan["rows"], plan["cols"] = _filter_taps(plan["resample"], plan["size"])
                 if cpu.own_path(self.device) and self._moves_pixels_only:  # a gather will do
                     rows, cols = single_taps(*plan["rows"]), single_taps(*plan["cols"])
@@ -375,7 +377,7 @@ class Pipeline(nn.Module):
         image pixels, per axis: ``(n, h)`` and ``(n, w)``; the rest of the filter read padding,
         which holds the fill (the resampling read it as 0). None for crop boxes: no padding."""
         fill = _fill_values("RandomCrop", self._pad_fill, channels, self.device)
-        if plan["boxes"] is not None:
+        if plan["boxes"] is not None and plan["exact"] is None:
             return None
         rows, cols = (plan["rows"], plan["cols"]) if plan["rows"] is not None else \
             _filter_taps(plan["resample"], plan["size"])
@@ -411,6 +413,8 @@ class Pipeline(nn.Module):
         :func:`gpuaug.cpu.reads_in_place` accepts; on CUDA a ragged list packed by
         :func:`gpuaug.gpu_kernels.pack_images`) through the planned resampling and warp -> float,
         contiguous."""
+        if plan["exact"] is not None:
+            return self._geometry_split(x, plan, part)
         dt = self.compute_dtype()
         packed = not isinstance(x, (Tensor, list))  # a ragged list packed for the CUDA kernels
         uint8 = (x.flat if packed else x[0] if isinstance(x, list) else x).dtype == torch.uint8
@@ -479,6 +483,24 @@ class Pipeline(nn.Module):
         if plan["final_crop"] is not None:
             x = crop_or_pad(x, *plan["final_crop"])
         return x.contiguous()
+
+    def _geometry_split(self, x: Tensor | list[Tensor], plan: dict, part: slice | Tensor) -> Tensor:
+        """:meth:`_geometry` for a part of a batch in which some samples' maps are plain crops
+        (``plan["exact"]``, the CPU's uint8 path) and the others pad or cut fractional parts: the
+        first by torchvision's uint8 kernel, the others in float, so that each sample gets what
+        it gets alone, whatever the rest of its batch is."""
+        index = torch.arange(len(plan["exact"]))[part]  # the part's positions in the batch
+        exact = plan["exact"][index]
+        out = None
+        for keep, sub_plan in ((exact, {**plan, "exact": None, "pad_fill": None}),  # plain crops read no padding
+                               (~exact, {**plan, "exact": None, "boxes": None})):
+            local = keep.nonzero().flatten()
+            if len(local) == 0:
+                continue
+            y = self._geometry(_take(x, local), sub_plan, index[local])
+            out = y.new_empty((len(index), *y.shape[1:])) if out is None else out
+            out.index_copy_(0, local, y)
+        return out
 
     def _color_gpu(self, kernels, x: Tensor, program: tuple) -> Tensor | None:
         """The color ops on CUDA by the fused Triton kernel -> the result, or None where the

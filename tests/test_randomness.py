@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+import torchvision.transforms.v2.functional as TF
 
 import gpuaug as ga
 from conftest import to_float
@@ -87,6 +88,26 @@ def test_ragged_list_gives_each_image_what_it_gets_alone(photos):
         assert torch.allclose(out[i], alone[0], atol=1e-5)
         single = pipe(img[None], params=[{k: v[i : i + 1] for k, v in p.items()} for p in params])
         assert torch.allclose(out[i], single[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("steps", [
+    lambda: [ga.CenterCrop((420, 500)), ga.Resize((64, 80))],
+    lambda: [ga.RandomCrop((420, 500), pad_if_needed=True, fill=0.4), ga.RandomHorizontalFlip(), ga.Resize((64, 80)),
+             ga.RandomRotation(20), ga.ColorJitter(0.3, 0.3)]], ids=["center crop", "fill crop, rotation"])
+def test_a_plain_crop_gets_what_it_gets_alone_beside_crops_that_pad(photos, steps):
+    """On the CPU a uint8 image whose map is a plain crop is resized by torchvision's uint8 kernel
+    (integers), one that pads in float: in a batch that holds both (the 400x600 and 300x451 photos
+    are smaller than 420x500, the others not), each still gets what it gets alone (it once took the
+    float path for the whole batch, 1/255 off torchvision's uint8 result)."""
+    images = photos * 3
+    pipe = ga.Pipeline(*steps(), device="cpu", seed=6)
+    out, params = pipe(images, return_params=True)
+    for i, img in enumerate(images):
+        alone = pipe([img], params=[{k: v[i:i + 1] for k, v in p.items()} for p in params])
+        assert torch.allclose(out[i], alone[0], atol=1e-5), i
+        if len(params) == 2 and min(img.shape[-2:]) >= 420:  # a plain crop: torchvision's uint8 result
+            tv = TF.resize(TF.center_crop(img, [420, 500]), [64, 80], antialias=True)
+            assert (out[i] * 255 - tv).abs().max() < 1e-3, i
 
 
 def test_clips_share_a_draw_across_frames_and_differ_across_clips(small_photos):

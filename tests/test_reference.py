@@ -799,14 +799,17 @@ def test_crop_boxes_find_plain_crops_only(photos, monkeypatch):
     assert [int(t) for t in found[-2][:2]] == [0, 400] and [int(t) for t in found[-1][:2]] == [0, 600]
     # A crop of a resized image: the resized image's size and the crop's place in it
     run([ga.Resize(256), ga.CenterCrop(224)], [img])
-    assert [int(t) for t in found[-2][:2]] + [int(t) for t in found[-2][3:]] == [0, 400, 256, 16]
-    assert [int(t) for t in found[-1][:2]] + [int(t) for t in found[-1][3:]] == [0, 600, 384, 80]
+    assert [int(t) for t in found[-2][:2]] + [int(t) for t in found[-2][3:5]] == [0, 400, 256, 16]
+    assert [int(t) for t in found[-1][:2]] + [int(t) for t in found[-1][3:5]] == [0, 600, 384, 80]
     run([ga.Resize(255), ga.CenterCrop(224)], [img])  # 255 x 382 (torchvision truncates 382.5), odd margins
-    assert [int(t) for t in found[-2][3:]] == [255, 16] and [int(t) for t in found[-1][3:]] == [382, 79]
+    assert [int(t) for t in found[-2][3:5]] == [255, 16] and [int(t) for t in found[-1][3:5]] == [382, 79]
+    assert all(bool(axis[-1].all()) for axis in found)  # each of these: a plain crop
     run([ga.CenterCrop(700)], [img])  # padding: not a plain crop
-    assert found[-2] is None and found[-1] is None
+    assert not found[-2][-1].any() and not found[-1][-1].any()
     run([ga.Resize((100, 150)), ga.RandomCrop(120, pad_if_needed=True)], [img])  # padding after the resize
-    assert found[-2] is None
+    assert not found[-2][-1].any()
+    run([ga.Resize((100, 150)), ga.RandomCrop(120, pad_if_needed=True)], [img, photos[0]])  # 512x512: pads less
+    assert found[-2][-1].tolist() == [False, False] and found[-1][-1].tolist() == [True, True]
 
 
 @pytest.mark.parametrize("overshoot", [1e-6, 0.01, 0.5])

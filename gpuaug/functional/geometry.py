@@ -177,14 +177,15 @@ def _gather_rows(table: Tensor, index: Tensor, weight: Tensor, B: int, C: int, n
 def crop_boxes(
     scale: Tensor, offset: Tensor, window: tuple[Tensor, Tensor], valid: tuple[Tensor, Tensor], out_size: int,
     content: tuple[Tensor, Tensor] | None = None,
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor] | None:
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Where an axis map (as :func:`axis_taps` takes it) is a plain crop resized to a whole number
     of pixels, of which the output is a whole-pixel part, possibly mirrored — the filter reads
     exactly the crop and no output is padding (a resized crop; ``Resize`` then ``CenterCrop``, as
     torchvision resizes the whole image and crops the result) — per sample ``(start, length,
-    mirrored, resized, skip)``: the crop, whether the output is mirrored, the length it is resized
-    to and the first resized pixel the output keeps; ``(B,)`` int64 but ``mirrored`` (bool).
-    ``None`` if any sample's map is something else (padding, a fractional crop or part)."""
+    mirrored, resized, skip, exact)``: the crop, whether the output is mirrored, the length it is
+    resized to, the first resized pixel the output keeps, and whether the sample's map is such a
+    crop at all (else, where it pads or crops a fractional part, the other values mean nothing);
+    ``(B,)`` int64 but ``mirrored`` and ``exact`` (bool)."""
     # Maps are composed in float32: a plain crop's ends are off its integers by ~1e-5 px.
     tol = 1e-3
     a = scale.double().abs()
@@ -197,9 +198,7 @@ def crop_boxes(
     exact &= (valid[0].double().abs() < tol) & ((valid[1].double() - out_size).abs() < tol)
     if content is not None:  # no padding inside the window
         exact &= ((content[0].double() - lo).abs() < tol) & ((content[1].double() - hi).abs() < tol)
-    if not bool(exact.all()):
-        return None
-    return lo.round().long(), (hi - lo).round().long(), scale < 0, resized.round().long(), skip.round().long()
+    return lo.round().long(), (hi - lo).round().long(), scale < 0, resized.round().long(), skip.round().long(), exact
 
 
 def resized_crops(images: Tensor | list[Tensor], top: list[int], left: list[int], height: list[int],
