@@ -4,7 +4,8 @@ Each case draws a pipeline (crops that pad with zeros, a fill or copied pixels (
 resized one), bilinear or bicubic resizes, flips, a bilinear or nearest rotation
 with the crop after it, color jitter, grayscale, normalize, in any order the pipeline takes) and
 photos of random sizes, runs it, and replays each sample's drawn parameters through
-``torchvision.transforms.v2.functional``.
+``torchvision.transforms.v2.functional``; a second generator (``_more_ops``) adds rotation
+centers, ``Resize``'s ``max_size``, RandomResizedCrop's scale and ratio and color ops in any order.
 Float input, so the CPU's uint8 crops (rounded to integers, as torchvision's uint8 kernel rounds)
 do not enter; one resizing op per case (several are fused into one resampling, a documented
 difference); rotated outputs are compared inside the central disc (the corners' fill rule is
@@ -71,6 +72,46 @@ def _ops(rng: random.Random) -> list:
     return ops
 
 
+def _more_ops(rng: random.Random) -> list:
+    """What ``_ops`` leaves out: RandomResizedCrop's scale and ratio, ``Resize(max_size=)`` and
+    ``Resize(None, max_size)``, flips with p in {0, 0.3, 1}, rotations about a center with a fill
+    per channel or ``None``, and several ColorJitters (any subset of factors) and grayscales in any
+    order."""
+    ops, filt = [], rng.choice(["bilinear", "bicubic"])
+    r = rng.random()
+    if r < 0.3:
+        lo, ratio = rng.uniform(0.01, 0.9), rng.uniform(0.2, 2.0)
+        ops.append(ga.RandomResizedCrop((rng.randint(5, 90), rng.randint(5, 90)), scale=(lo, rng.uniform(lo, 1.0)),
+                                        ratio=(ratio, ratio * rng.uniform(1.0, 3.0)), interpolation=filt))
+    elif r < 0.5:
+        ops.append(ga.Resize(rng.randint(10, 80), filt, max_size=rng.choice([None, 100, 150])))
+    elif r < 0.6:
+        ops.append(ga.Resize(None, filt, max_size=rng.randint(20, 120)))
+    elif r < 0.75:
+        ops.append(ga.Resize((rng.randint(5, 90), rng.randint(5, 90)), filt))
+    for _ in range(rng.randint(0, 2)):
+        ops.append(rng.choice([ga.RandomHorizontalFlip, ga.RandomVerticalFlip])(p=rng.choice([0.0, 0.3, 1.0])))
+    if rng.random() < 0.3 and ops:
+        ops.append(ga.CenterCrop((rng.randint(4, 70), rng.randint(4, 70))))
+    if rng.random() < 0.5:
+        center = None if rng.random() < 0.4 else (rng.uniform(-20, 90), rng.uniform(-20, 90))
+        ops.append(ga.RandomRotation((rng.uniform(-180, 0), rng.uniform(0, 180)), rng.choice(["bilinear", "nearest"]),
+                                     center=center, fill=rng.choice([0, 0.25, (0.1, 0.6, 0.9), None])))
+        if rng.random() < 0.4:
+            ops.append(ga.RandomHorizontalFlip(p=rng.choice([0.5, 1.0])))
+        if rng.random() < 0.3:
+            ops.append(ga.CenterCrop((rng.randint(4, 70), rng.randint(4, 70))))
+    for _ in range(rng.randint(0, 3)):
+        if rng.random() < 0.6:
+            factors = rng.sample(COLOR, rng.randint(1, 4))
+            ops.append(ga.ColorJitter(**{k: rng.uniform(0, 0.5 if k == "hue" else 0.9) for k in factors}))
+        else:
+            ops.append(ga.RandomGrayscale(p=rng.choice([0.0, 0.5, 1.0])))
+    if rng.random() < 0.4:
+        ops.append(ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD))
+    return ops
+
+
 def _torchvision(x: torch.Tensor, ops: list, params: list, i: int) -> torch.Tensor:
     """Sample ``i`` through torchvision's kernels with the parameters gpuaug drew for it."""
     for op, p in zip(ops, params):
@@ -79,8 +120,9 @@ def _torchvision(x: torch.Tensor, ops: list, params: list, i: int) -> torch.Tens
                                 interpolation=InterpolationMode(op.interpolation), antialias=True)
             x = x.clamp(0, 1) if op.interpolation == "bicubic" else x  # gpuaug clamps the overshoot (README)
         elif isinstance(op, ga.Resize):
-            x = TF.resize(x, [op.size] if isinstance(op.size, int) else list(op.size),
-                          interpolation=InterpolationMode(op.interpolation), antialias=True)
+            size = None if op.size is None else [op.size] if isinstance(op.size, int) else list(op.size)
+            x = TF.resize(x, size, interpolation=InterpolationMode(op.interpolation), max_size=op.max_size,
+                          antialias=True)
             x = x.clamp(0, 1) if op.interpolation == "bicubic" else x
         elif isinstance(op, ga.RandomCrop):
             tv = v2.RandomCrop(op.size, padding=list(op.padding) if any(op.padding) else None,  # the same 4-form
@@ -95,8 +137,9 @@ def _torchvision(x: torch.Tensor, ops: list, params: list, i: int) -> torch.Tens
             flip = TF.horizontal_flip if isinstance(op, ga.RandomHorizontalFlip) else TF.vertical_flip
             x = flip(x) if p["flip"][i] else x
         elif isinstance(op, ga.RandomRotation):
+            fill = None if op.fill is None else list(op.fill) * (3 // len(op.fill))
             x = TF.rotate(x, float(p["angle"][i]), interpolation=InterpolationMode(op.interpolation),
-                          fill=list(op.fill) * 3)
+                          center=None if op.center is None else list(op.center), fill=fill)
         elif isinstance(op, ga.ColorJitter):
             for j in p["order"][i].tolist():
                 x = COLOR_KERNELS[j](x, float(p[COLOR[j]][i]))
@@ -109,8 +152,20 @@ def _torchvision(x: torch.Tensor, ops: list, params: list, i: int) -> torch.Tens
 
 @pytest.mark.parametrize("case", range(120))
 def test_random_composition_equals_torchvision_per_sample(photos, case):
+    _check_case(photos, case, _ops)
+
+
+@pytest.mark.parametrize("path", ["cpu", "one pass"])
+@pytest.mark.parametrize("case", range(80))
+def test_more_random_compositions_equal_torchvision_per_sample(photos, case, path, monkeypatch):
+    """``_more_ops``, on the CPU's own path and on the one CUDA takes without Triton."""
+    monkeypatch.setattr(ga.cpu, "OWN_PATH", path == "cpu")
+    _check_case(photos, case, _more_ops)
+
+
+def _check_case(photos, case: int, make_ops) -> None:
     rng = random.Random(case)
-    ops = _ops(rng)
+    ops = make_ops(rng)
     images = [to_float(TF.resize(p, [rng.randint(40, 160), rng.randint(40, 160)], antialias=True)) for p in photos]
     if rng.random() < 0.5:
         images = torch.stack([TF.resize(t, list(images[0].shape[-2:]), antialias=True) for t in images])
@@ -132,6 +187,7 @@ def test_random_composition_equals_torchvision_per_sample(photos, case):
             err = err[central_disc(*err.shape, margin=3.0)]
         if any(getattr(op, "interpolation", "") == "nearest" for op in ops):
             # A nearest pick flips where the two sides' coordinates straddle a midpoint (~1e-6 px apart).
-            assert err.numel() == 0 or (err > tol).float().mean() < 5e-3, (i, (err > tol).float().mean(), ops)
+            flips = (err > tol).sum().item()
+            assert flips <= max(2, 5e-3 * err.numel()), (i, flips, err.numel(), ops)
         else:
             assert err.numel() == 0 or err.max() <= tol, (i, err.max().item(), ops)
