@@ -129,7 +129,7 @@ def _torchvision(x: torch.Tensor, ops: list, params: list, i: int) -> torch.Tens
             tv = v2.RandomCrop(op.size, padding=list(op.padding) if any(op.padding) else None,  # the same 4-form
                                pad_if_needed=op.pad_if_needed).make_params([x])  # its padding rule
             pad_left, pad_top = tv["padding"][:2]
-            fill = list(op.fill) * (3 // len(op.fill)) if op.padding_mode == "constant" else None
+            fill = list(op.fill) * (len(x) // len(op.fill)) if op.padding_mode == "constant" else None
             padded = TF.pad(x, tv["padding"], fill=fill, padding_mode=op.padding_mode)
             x = TF.crop(padded, int(p["top"][i]) + pad_top, int(p["left"][i]) + pad_left, *op.size)
         elif isinstance(op, ga.CenterCrop):
@@ -138,14 +138,14 @@ def _torchvision(x: torch.Tensor, ops: list, params: list, i: int) -> torch.Tens
             flip = TF.horizontal_flip if isinstance(op, ga.RandomHorizontalFlip) else TF.vertical_flip
             x = flip(x) if p["flip"][i] else x
         elif isinstance(op, ga.RandomRotation):
-            fill = None if op.fill is None else list(op.fill) * (3 // len(op.fill))
+            fill = None if op.fill is None else list(op.fill) * (len(x) // len(op.fill))
             x = TF.rotate(x, float(p["angle"][i]), interpolation=InterpolationMode(op.interpolation),
                           center=None if op.center is None else list(op.center), fill=fill)
         elif isinstance(op, ga.ColorJitter):
             for j in p["order"][i].tolist():
                 x = COLOR_KERNELS[j](x, float(p[COLOR[j]][i]))
         elif isinstance(op, ga.RandomGrayscale):
-            x = TF.rgb_to_grayscale(x, 3) if p["gray"][i] else x
+            x = TF.rgb_to_grayscale(x, len(x)) if p["gray"][i] else x
         elif isinstance(op, ga.Normalize):
             x = TF.normalize(x, list(ga.IMAGENET_MEAN), list(ga.IMAGENET_STD))
     return x
@@ -170,6 +170,62 @@ def test_more_random_compositions_equal_torchvision_per_sample(photos, case, pat
     _check_case(photos, case, _more_ops)
 
 
+@pytest.mark.parametrize("case", range(CASES // 4))
+def test_random_compositions_of_clips_share_each_clips_draw(photos, case):
+    """Clips of 2-3 frames (a tensor, a ragged list, PackedImages), both generators: each frame
+    is torchvision's chain with its clip's params."""
+    rng = random.Random(case)
+    ops = (_ops if case % 2 else _more_ops)(rng)
+    frames = [to_float(TF.resize(p, [rng.randint(40, 120), rng.randint(40, 120)], antialias=True)) for p in photos]
+    length, layout = rng.choice([2, 3]), rng.choice(["tensor", "list", "packed"])
+    clips = [torch.stack([f.roll(3 * k, -1) for k in range(length)]) for f in frames]
+    if layout == "tensor":
+        clips = torch.stack([TF.resize(c, list(clips[0].shape[-2:]), antialias=True) for c in clips])
+    try:
+        out, params = ga.Pipeline(*ops, device="cpu", seed=case)(
+            ga.PackedImages.pack(clips) if layout == "packed" else clips, return_params=True)
+    except ValueError as e:
+        assert ("fixed output size" in str(e) and layout != "tensor") or "the only op" in str(e), (e, ops)
+        return
+    assert all(v.shape[0] == len(clips) for p in params for v in p.values())  # one draw per clip
+    for i in range(len(clips)):
+        for t in range(length):
+            _assert_close(out[i, t], _torchvision(clips[i][t], ops, params, i), ops, (i, t))
+
+
+@pytest.mark.parametrize("case", range(CASES // 4))
+def test_random_compositions_of_one_channel_images(photos, case):
+    """Grayscale (1-channel) photos through ``_ops`` (Normalize left out: its means are RGB's)."""
+    rng = random.Random(case)
+    ops = [op for op in _ops(rng) if not isinstance(op, ga.Normalize)]
+    images = [to_float(TF.resize(TF.rgb_to_grayscale(p), [rng.randint(40, 160), rng.randint(40, 160)], antialias=True))
+              for p in photos]
+    try:
+        out, params = ga.Pipeline(*ops, device="cpu", seed=case)(images, return_params=True)
+    except ValueError as e:  # documented: no fixed output size, two padding values, a 3-value fill
+        assert any(m in str(e) for m in ("fixed output size", "the only op", "fill has 3 values")), (e, ops)
+        return
+    assert out.shape[1] == 1
+    for i in range(len(images)):
+        _assert_close(out[i], _torchvision(images[i], ops, params, i), ops, i)
+
+
+def _assert_close(got: torch.Tensor, ref: torch.Tensor, ops: list, where) -> None:
+    """One sample against torchvision's: float rounding only (0.1/255, scaled by Normalize's std),
+    rotated outputs inside the central disc, nearest picks allowed to flip at midpoints."""
+    assert got.shape == ref.shape, (where, ops)
+    tol = 0.1 / 255 / (min(ga.IMAGENET_STD) if isinstance(ops[-1] if ops else None, ga.Normalize) else 1)
+    err = (got - ref).abs().amax(0)
+    if any(isinstance(op, ga.RandomRotation) for op in ops):
+        err = err[central_disc(*err.shape, margin=3.0)]
+    if any(getattr(op, "interpolation", "") == "nearest" for op in ops):
+        # A nearest pick flips where the two sides' coordinates straddle a midpoint (~1e-6 px apart).
+        flips = (err > tol).sum().item()
+        assert flips <= max(2, 5e-3 * err.numel()), (where, flips, err.numel(), ops)
+    else:
+        assert err.numel() == 0 or err.max() <= tol, (where, err.max().item(), ops)
+
+
 def _check_case(photos, case: int, make_ops) -> None:
     rng = random.Random(case)
     ops = make_ops(rng)
@@ -182,19 +238,7 @@ def _check_case(photos, case: int, make_ops) -> None:
         # or a crop with a fill among other ops that may pad
         assert ("fixed output size" in str(e) and isinstance(images, list)) or "the only op" in str(e), (e, ops)
         return
-    rotated = any(isinstance(op, ga.RandomRotation) for op in ops)
     # Float in, float kernels on both sides: they differ by float rounding only (0.0027/255 at most
     # over cases 0-199), so anything near a level of an 8-bit image is a real difference.
-    tol = 0.1 / 255 / (min(ga.IMAGENET_STD) if isinstance(ops[-1] if ops else None, ga.Normalize) else 1)
     for i in range(len(images)):
-        ref = _torchvision(images[i], ops, params, i)
-        assert out[i].shape == ref.shape, (i, ops)
-        err = (out[i] - ref).abs().amax(0)
-        if rotated:
-            err = err[central_disc(*err.shape, margin=3.0)]
-        if any(getattr(op, "interpolation", "") == "nearest" for op in ops):
-            # A nearest pick flips where the two sides' coordinates straddle a midpoint (~1e-6 px apart).
-            flips = (err > tol).sum().item()
-            assert flips <= max(2, 5e-3 * err.numel()), (i, flips, err.numel(), ops)
-        else:
-            assert err.numel() == 0 or err.max() <= tol, (i, err.max().item(), ops)
+        _assert_close(out[i], _torchvision(images[i], ops, params, i), ops, i)
