@@ -322,8 +322,9 @@ class Pipeline(nn.Module):
         whose maps are all plain crops (+ flips), resized, or whole-pixel parts of such (torchvision's
         uint8 kernel, see ``_geometry``),
         else as filter taps (:func:`_filter_taps`)."""
-        plan = {"resample": None, "axes": None, "rows": None, "cols": None, "boxes": None, "exact": None, "single": None, "size": None,
-                "warp": None, "fill": None, "blend": True, "nearest": False, "pad_fill": None, "final_crop": None, "kernels": kernels}
+        plan = {"resample": None, "axes": None, "rows": None, "cols": None, "boxes": None, "exact": None, "single": None,
+                "size": None, "warp": None, "fill": None, "blend": True, "nearest": False, "pad_fill": None,
+                "final_crop": None, "kernels": kernels}
         s = sizes
         if self._resample_at or sizes.uniform is None:
             axes = AxisMap(sizes.pairs(n, self.device))
