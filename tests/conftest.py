@@ -5,6 +5,8 @@ import pytest
 import torch
 import torchvision.transforms.v2.functional as TF
 
+import gpuaug as ga
+
 skimage_data = pytest.importorskip("skimage.data")
 
 PHOTO_NAMES = ("astronaut", "coffee", "chelsea", "rocket")
@@ -39,6 +41,22 @@ def central_disc(h: int, w: int, margin: float = 2.0) -> torch.Tensor:
     """Bool (h, w) mask of the disc inside the image, where a rotation keeps image content."""
     yy, xx = torch.meshgrid(torch.arange(h) + 0.5 - h / 2, torch.arange(w) + 0.5 - w / 2, indexing="ij")
     return (yy**2 + xx**2).sqrt() < min(h, w) / 2 - margin
+
+
+def color_gain(ops) -> float:
+    """How much the color ops of ``ops`` can magnify a difference in their input (max norm), at
+    worst. The CPU paths resize a uint8 crop with torchvision's uint8 kernel, which rounds after
+    each of its two passes (up to 1/255 off the float result the other paths keep), and the color
+    ops carry that on. Brightness b multiplies it by b; contrast and saturation c blend with a mean
+    or gray (weights summing to 1) by c and 1 - c: c + |1 - c|; hue's HSV shift up to 3x (measured
+    on torchvision's adjust_hue: 2.998)."""
+    gain = 1.0
+    for op in ops:
+        if isinstance(op, ga.ColorJitter):
+            for r in (op.contrast, op.saturation):
+                gain *= max(c + abs(1 - c) for c in r) if r else 1.0
+            gain *= (op.brightness[1] if op.brightness else 1.0) * (3.0 if op.hue else 1.0)
+    return gain
 
 
 @pytest.fixture(scope="session")

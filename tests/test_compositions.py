@@ -6,10 +6,11 @@ with the crop after it, color jitter, grayscale, normalize, in any order the pip
 photos of random sizes, runs it, and replays each sample's drawn parameters through
 ``torchvision.transforms.v2.functional``; a second generator (``_more_ops``) adds rotation
 centers, ``Resize``'s ``max_size``, RandomResizedCrop's scale and ratio and color ops in any order.
-Float input, so the CPU's uint8 crops (rounded to integers, as torchvision's uint8 kernel rounds)
-do not enter; one resizing op per case (several are fused into one resampling, a documented
-difference); rotated outputs are compared inside the central disc (the corners' fill rule is
-tested in test_reference.py).
+Float input, then uint8 input (the reference runs on its float image; the CPU's uint8 crops round
+as torchvision's uint8 kernel does, a slack the color ops magnify), then both through the CUDA
+kernels (Triton's interpreter), then clips and 1-channel images. One resizing op per case
+(several are fused into one resampling, a documented difference); rotated outputs are compared
+inside the central disc (the corners' fill rule is tested in test_reference.py).
 """
 
 import os
@@ -21,7 +22,8 @@ import torchvision.transforms.v2.functional as TF
 from torchvision.transforms import InterpolationMode, v2
 
 import gpuaug as ga
-from conftest import central_disc, to_float
+import gpuaug.pipeline as pipeline_module
+from conftest import central_disc, color_gain, to_float
 
 COLOR = ["brightness", "contrast", "saturation", "hue"]
 COLOR_KERNELS = [TF.adjust_brightness, TF.adjust_contrast, TF.adjust_saturation, TF.adjust_hue]
@@ -152,7 +154,7 @@ def _torchvision(x: torch.Tensor, ops: list, params: list, i: int) -> torch.Tens
 
 
 # CI runs the first CASES of each generator (the second: two thirds of it, on two paths). For a
-# long sweep set GPUAUG_COMPOSITION_CASES (4000 ran in 71 s on 2 cores); one case in 7000 once
+# long sweep set GPUAUG_COMPOSITION_CASES (4000: 13732 tests in 311 s on 2 cores); one case in 7000 once
 # found a defect.
 CASES = int(os.environ.get("GPUAUG_COMPOSITION_CASES", "120"))
 
@@ -207,6 +209,33 @@ def test_random_compositions_of_one_channel_images(photos, case):
         _assert_close(out[i], _torchvision(images[i], ops, params, i), ops, i)
 
 
+@pytest.mark.parametrize("path", ["cpu", "one pass"])
+@pytest.mark.parametrize("case", range(CASES // 2))  # case 46 is the first to flip a plain uint8 crop
+def test_random_compositions_of_uint8_images(photos, case, path, monkeypatch):
+    """uint8 photos (what the workers decode), both generators, against torchvision's chain on the
+    float images: CUDA's path (without Triton) resamples uint8 as floats, float rounding only; the
+    CPU's resizes plain crops with torchvision's uint8 kernel, which rounds."""
+    monkeypatch.setattr(ga.cpu, "OWN_PATH", path == "cpu")
+    _check_case(photos, case, _ops if case % 2 else _more_ops, uint8=True, rounds=path == "cpu")
+
+
+@pytest.mark.parametrize("case", range(CASES // 10))
+def test_random_compositions_through_the_cuda_kernels(photos, case, interpreted_gpu_kernels, monkeypatch):
+    """Both generators, float and uint8 input, through gpuaug.gpu_kernels (Triton's interpreter,
+    ~0.6 s a case; a failing launch fails the test instead of falling back to torch kernels)."""
+    launched = []
+
+    def strict(launch, *args, **kwargs):
+        launched.append(launch.__name__)
+        return launch(*args, **kwargs)
+
+    monkeypatch.setattr(ga.cpu, "OWN_PATH", False)
+    monkeypatch.setattr(pipeline_module, "_gpu_kernels", lambda device: interpreted_gpu_kernels)
+    monkeypatch.setattr(interpreted_gpu_kernels, "guarded", strict)
+    ops = _check_case(photos, case, _ops if case % 2 else _more_ops, uint8=case % 4 < 2)
+    assert launched or not ops, ops  # the kernels ran where the pipeline did
+
+
 def _run(ops: list, images, case: int, ragged: bool, also: str | None = None):
     """The pipeline's ``(out, params)``, or None where it refuses ``ops`` as documented: ragged
     input with no fixed output size, a crop with a fill among other ops that may pad (or ``also``)."""
@@ -218,11 +247,12 @@ def _run(ops: list, images, case: int, ragged: bool, also: str | None = None):
         return None
 
 
-def _assert_close(got: torch.Tensor, ref: torch.Tensor, ops: list, where) -> None:
-    """One sample against torchvision's: float rounding only (0.1/255, scaled by Normalize's std),
-    rotated outputs inside the central disc, nearest picks allowed to flip at midpoints."""
+def _assert_close(got: torch.Tensor, ref: torch.Tensor, ops: list, where, slack: float = 0.0) -> None:
+    """One sample against torchvision's: float rounding only (0.1/255, plus ``slack``, scaled by
+    Normalize's std), rotated outputs inside the central disc, nearest picks allowed to flip at
+    midpoints."""
     assert got.shape == ref.shape, (where, ops)
-    tol = 0.1 / 255 / (min(ga.IMAGENET_STD) if isinstance(ops[-1] if ops else None, ga.Normalize) else 1)
+    tol = (0.1 / 255 + slack) / (min(ga.IMAGENET_STD) if isinstance(ops[-1] if ops else None, ga.Normalize) else 1)
     err = (got - ref).abs().amax(0)
     if any(isinstance(op, ga.RandomRotation) for op in ops):
         err = err[central_disc(*err.shape, margin=3.0)]
@@ -234,17 +264,25 @@ def _assert_close(got: torch.Tensor, ref: torch.Tensor, ops: list, where) -> Non
         assert err.numel() == 0 or err.max() <= tol, (where, err.max().item(), ops)
 
 
-def _check_case(photos, case: int, make_ops) -> None:
+def _check_case(photos, case: int, make_ops, uint8: bool = False, rounds: bool = False) -> list | None:
+    """Case ``case`` of ``make_ops`` on 4 photos at random sizes (a batch or a ragged list), float
+    or ``uint8``, against torchvision's chain on the float images. ``rounds``: the path resizes
+    uint8 crops with torchvision's uint8 kernel (the CPU's), 1/255 off the float result at most,
+    which the color ops carry on (``color_gain``). Returns the ops, or None where the pipeline
+    refused them as documented."""
     rng = random.Random(case)
     ops = make_ops(rng)
-    images = [to_float(TF.resize(p, [rng.randint(40, 160), rng.randint(40, 160)], antialias=True)) for p in photos]
+    images = [TF.resize(p, [rng.randint(40, 160), rng.randint(40, 160)], antialias=True) for p in photos]
+    images = images if uint8 else [to_float(t) for t in images]
     if rng.random() < 0.5:
         images = torch.stack([TF.resize(t, list(images[0].shape[-2:]), antialias=True) for t in images])
     ran = _run(ops, images, case, ragged=isinstance(images, list))
     if ran is None:
-        return
+        return None
     out, params = ran
-    # Float in, float kernels on both sides: they differ by float rounding only (0.0027/255 at most
-    # over cases 0-199), so anything near a level of an 8-bit image is a real difference.
+    # Float kernels on both sides: they differ by float rounding only (0.0027/255 at most over
+    # cases 0-199), so anything near a level of an 8-bit image is a real difference.
+    slack = color_gain(ops) / 255 if uint8 and rounds else 0.0
     for i in range(len(images)):
-        _assert_close(out[i], _torchvision(images[i], ops, params, i), ops, i)
+        _assert_close(out[i], _torchvision(to_float(images[i]), ops, params, i), ops, i, slack)
+    return ops

@@ -14,6 +14,7 @@ import torch
 
 import gpuaug as ga
 import gpuaug.pipeline as pipeline_module
+from conftest import color_gain
 
 PATHS = ["cpu fused", "cpu chunks", "one pass", "cuda kernels"]
 
@@ -71,21 +72,6 @@ def _images(rng: random.Random, channels: int):
     return batch.view(b, 2, channels, h, w) if kind == "clips" else batch
 
 
-def _color_gain(ops) -> float:
-    """How much the color ops can magnify a difference in their input (max norm), at worst. The CPU
-    paths resize a uint8 crop with torchvision's uint8 kernel, which rounds after each of its two
-    passes (up to 1/255 off the float result the other paths keep), and the color ops carry that on. Brightness b multiplies it by b; contrast and saturation c blend
-    with a mean or gray (weights summing to 1) by c and 1 - c: c + |1 - c|; hue's HSV shift up to
-    3x (measured on torchvision's adjust_hue: 2.998)."""
-    gain = 1.0
-    for op in ops:
-        if isinstance(op, ga.ColorJitter):
-            for r in (op.contrast, op.saturation):
-                gain *= max(c + abs(1 - c) for c in r) if r else 1.0
-            gain *= (op.brightness[1] if op.brightness else 1.0) * (3.0 if op.hue else 1.0)
-    return gain
-
-
 def _run(path, ops, images, seed, kernels, monkeypatch):
     with monkeypatch.context() as m:
         m.setenv("GPUAUG_NATIVE", "1" if path == "cpu fused" else "0")
@@ -115,7 +101,7 @@ def test_every_kernel_path_gives_the_same_output(case, interpreted_gpu_kernels, 
     if errors:
         return
     rounding = 1.0 if (images[0] if isinstance(images, list) else images).dtype == torch.uint8 else 0.0
-    tol = (5 if any(isinstance(op, ga.Normalize) for op in ops) else 1) * (0.1 + rounding * _color_gain(ops)) / 255
+    tol = (5 if any(isinstance(op, ga.Normalize) for op in ops) else 1) * (0.1 + rounding * color_gain(ops)) / 255
     reference = outputs["one pass"]
     for path, out in outputs.items():
         assert out.shape == reference.shape and torch.isfinite(out).all(), (path, ops)
