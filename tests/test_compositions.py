@@ -1,11 +1,11 @@
 """Random compositions of ops against torchvision's functional chain, sample by sample.
 
-Each case draws a pipeline (crops that pad with zeros, a fill or copied pixels (of the image or of a
-resized one), bilinear or bicubic resizes, flips, a bilinear or nearest rotation
-with the crop after it, color jitter, grayscale, normalize, in any order the pipeline takes) and
-photos of random sizes, runs it, and replays each sample's drawn parameters through
-``torchvision.transforms.v2.functional``; a second generator (``_more_ops``) adds rotation
-centers, ``Resize``'s ``max_size``, RandomResizedCrop's scale and ratio and color ops in any order.
+Each case draws a pipeline (tests/generators.py: ``composition_ops``, crops that pad with zeros, a
+fill or copied pixels (of the image or of a resized one), bilinear or bicubic resizes, flips, a
+bilinear or nearest rotation with the crop after it, color jitter, grayscale, normalize, in any
+order the pipeline takes; ``more_composition_ops``, rotation centers, ``Resize``'s ``max_size``,
+RandomResizedCrop's scale and ratio and color ops in any order) and photos of random sizes, runs
+it, and replays each sample's drawn parameters through ``torchvision.transforms.v2.functional``.
 Float input, then uint8 input (the reference runs on its float image; the CPU's uint8 crops round
 as torchvision's uint8 kernel does, a slack the color ops magnify), then both through the CUDA
 kernels (Triton's interpreter), then clips and 1-channel images. One resizing op per case
@@ -24,95 +24,9 @@ from torchvision.transforms import InterpolationMode, v2
 import gpuaug as ga
 import gpuaug.pipeline as pipeline_module
 from conftest import central_disc, color_gain, to_float
+from generators import COLOR, composition_ops, more_composition_ops
 
-COLOR = ["brightness", "contrast", "saturation", "hue"]
 COLOR_KERNELS = [TF.adjust_brightness, TF.adjust_contrast, TF.adjust_saturation, TF.adjust_hue]
-
-
-def _ops(rng: random.Random) -> list:
-    ops, resized = [], False
-    filt = rng.choice(["bilinear", "bilinear", "bicubic"])  # of the resize ops: one filter
-    copying = rng.random() < 0.25  # a crop whose padding copies pixels: the only padding op then
-    if copying:
-        side = 40
-        if rng.random() < 0.5:  # after a resize (+ a flip): it copies resized pixels, no resize follows
-            side = rng.randint(12, 80)
-            ops.append(ga.RandomResizedCrop((side, side + rng.randint(0, 20)), interpolation=filt) if rng.random() < 0.5
-                       else ga.Resize(side, filt) if rng.random() < 0.5 else ga.Resize((side, side + 10), filt))
-            ops += [ga.RandomVerticalFlip()] if rng.random() < 0.4 else []
-            resized = True
-        mode = rng.choice(["edge", "reflect", "symmetric"])
-        size = (rng.randint(4, side), rng.randint(4, side))
-        ops.append(ga.RandomCrop(size, padding=rng.randint(1, 6), padding_mode=mode))
-    for _ in range(rng.randint(0, 2)):
-        size = (rng.randint(8, 120), rng.randint(8, 120))
-        pads = [] if copying else ["center", "random crop"]
-        kinds = pads + ["hflip", "vflip"] + ([] if resized else ["resized crop", "resize"])
-        kind = rng.choice(kinds)
-        resized = resized or kind in ("resized crop", "resize")
-        ops.append({
-            "resized crop": lambda: ga.RandomResizedCrop(size, interpolation=filt),
-            "resize": lambda: ga.Resize(size if rng.random() < 0.5 else size[0], filt),
-            "center": lambda: ga.CenterCrop(size),
-            "random crop": lambda: ga.RandomCrop(size, padding=rng.randint(0, 6), pad_if_needed=True,
-                                                 fill=rng.choice([0, 0, 0.3, (0.2, 0.5, 0.9)])),
-            "hflip": lambda: ga.RandomHorizontalFlip(),
-            "vflip": lambda: ga.RandomVerticalFlip(),
-        }[kind]())
-    if rng.random() < 0.4:
-        ops.append(ga.RandomRotation(rng.uniform(0, 90), rng.choice(["bilinear", "bilinear", "nearest"]),
-                                     fill=rng.choice([0, 0.5])))
-        if rng.random() < 0.4:
-            ops.append(ga.RandomHorizontalFlip())
-        if rng.random() < 0.4:
-            ops.append(ga.CenterCrop((rng.randint(8, 100), rng.randint(8, 100))))
-    if rng.random() < 0.5:
-        ops.append(ga.ColorJitter(0.4, 0.4, 0.4, rng.choice([0, 0.1, 0.5])))
-    if rng.random() < 0.3:
-        ops.append(ga.RandomGrayscale(0.5))
-    if rng.random() < 0.5:
-        ops.append(ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD))
-    return ops
-
-
-def _more_ops(rng: random.Random) -> list:
-    """What ``_ops`` leaves out: RandomResizedCrop's scale and ratio, ``Resize(max_size=)`` and
-    ``Resize(None, max_size)``, flips with p in {0, 0.3, 1}, rotations about a center with a fill
-    per channel or ``None``, and several ColorJitters (any subset of factors) and grayscales in any
-    order."""
-    ops, filt = [], rng.choice(["bilinear", "bicubic"])
-    r = rng.random()
-    if r < 0.3:
-        lo, ratio = rng.uniform(0.01, 0.9), rng.uniform(0.2, 2.0)
-        ops.append(ga.RandomResizedCrop((rng.randint(5, 90), rng.randint(5, 90)), scale=(lo, rng.uniform(lo, 1.0)),
-                                        ratio=(ratio, ratio * rng.uniform(1.0, 3.0)), interpolation=filt))
-    elif r < 0.5:
-        ops.append(ga.Resize(rng.randint(10, 80), filt, max_size=rng.choice([None, 100, 150])))
-    elif r < 0.6:
-        ops.append(ga.Resize(None, filt, max_size=rng.randint(20, 120)))
-    elif r < 0.75:
-        ops.append(ga.Resize((rng.randint(5, 90), rng.randint(5, 90)), filt))
-    for _ in range(rng.randint(0, 2)):
-        ops.append(rng.choice([ga.RandomHorizontalFlip, ga.RandomVerticalFlip])(p=rng.choice([0.0, 0.3, 1.0])))
-    if rng.random() < 0.3 and ops:
-        ops.append(ga.CenterCrop((rng.randint(4, 70), rng.randint(4, 70))))
-    if rng.random() < 0.5:
-        center = None if rng.random() < 0.4 else (rng.uniform(-20, 90), rng.uniform(-20, 90))
-        ops.append(ga.RandomRotation((rng.uniform(-180, 0), rng.uniform(0, 180)), rng.choice(["bilinear", "nearest"]),
-                                     center=center, fill=rng.choice([0, 0.25, (0.1, 0.6, 0.9), None])))
-        if rng.random() < 0.4:
-            ops.append(ga.RandomHorizontalFlip(p=rng.choice([0.5, 1.0])))
-        if rng.random() < 0.3:
-            ops.append(ga.CenterCrop((rng.randint(4, 70), rng.randint(4, 70))))
-    for _ in range(rng.randint(0, 3)):
-        if rng.random() < 0.6:
-            factors = rng.sample(COLOR, rng.randint(1, 4))
-            ops.append(ga.ColorJitter(**{k: rng.uniform(0, 0.5 if k == "hue" else 0.9) for k in factors}))
-        else:
-            ops.append(ga.RandomGrayscale(p=rng.choice([0.0, 0.5, 1.0])))
-    if rng.random() < 0.4:
-        ops.append(ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD))
-    return ops
 
 
 def _torchvision(x: torch.Tensor, ops: list, params: list, i: int) -> torch.Tensor:
@@ -161,15 +75,15 @@ CASES = int(os.environ.get("GPUAUG_COMPOSITION_CASES", "120"))
 
 @pytest.mark.parametrize("case", range(CASES))
 def test_random_composition_equals_torchvision_per_sample(photos, case):
-    _check_case(photos, case, _ops)
+    _check_case(photos, case, composition_ops)
 
 
 @pytest.mark.parametrize("path", ["cpu", "one pass"])
 @pytest.mark.parametrize("case", range(CASES * 2 // 3))
 def test_more_random_compositions_equal_torchvision_per_sample(photos, case, path, monkeypatch):
-    """``_more_ops``, on the CPU's own path and on the one CUDA takes without Triton."""
+    """``more_composition_ops``, on the CPU's own path and on the one CUDA takes without Triton."""
     monkeypatch.setattr(ga.cpu, "OWN_PATH", path == "cpu")
-    _check_case(photos, case, _more_ops)
+    _check_case(photos, case, more_composition_ops)
 
 
 @pytest.mark.parametrize("case", range(CASES // 4))
@@ -177,7 +91,7 @@ def test_random_compositions_of_clips_share_each_clips_draw(photos, case):
     """Clips of 2-3 frames (a tensor, a ragged list, PackedImages), both generators: each frame
     is torchvision's chain with its clip's params."""
     rng = random.Random(case)
-    ops = (_ops if case % 2 else _more_ops)(rng)
+    ops = (composition_ops if case % 2 else more_composition_ops)(rng)
     frames = [to_float(TF.resize(p, [rng.randint(40, 120), rng.randint(40, 120)], antialias=True)) for p in photos]
     length, layout = rng.choice([2, 3]), rng.choice(["tensor", "list", "packed"])
     clips = [torch.stack([f.roll(3 * k, -1) for k in range(length)]) for f in frames]
@@ -195,9 +109,10 @@ def test_random_compositions_of_clips_share_each_clips_draw(photos, case):
 
 @pytest.mark.parametrize("case", range(CASES // 4))
 def test_random_compositions_of_one_channel_images(photos, case):
-    """Grayscale (1-channel) photos through ``_ops`` (Normalize left out: its means are RGB's)."""
+    """Grayscale (1-channel) photos through ``composition_ops`` (Normalize left out: its means are
+    RGB's)."""
     rng = random.Random(case)
-    ops = [op for op in _ops(rng) if not isinstance(op, ga.Normalize)]
+    ops = [op for op in composition_ops(rng) if not isinstance(op, ga.Normalize)]
     images = [to_float(TF.resize(TF.rgb_to_grayscale(p), [rng.randint(40, 160), rng.randint(40, 160)], antialias=True))
               for p in photos]
     ran = _run(ops, images, case, ragged=True, also="fill has 3 values")  # a 3-value fill for 1 channel
@@ -216,7 +131,7 @@ def test_random_compositions_of_uint8_images(photos, case, path, monkeypatch):
     float images: CUDA's path (without Triton) resamples uint8 as floats, float rounding only; the
     CPU's resizes plain crops with torchvision's uint8 kernel, which rounds."""
     monkeypatch.setattr(ga.cpu, "OWN_PATH", path == "cpu")
-    _check_case(photos, case, _ops if case % 2 else _more_ops, uint8=True, rounds=path == "cpu")
+    _check_case(photos, case, composition_ops if case % 2 else more_composition_ops, uint8=True, rounds=path == "cpu")
 
 
 @pytest.mark.parametrize("case", range(CASES // 10))
@@ -232,7 +147,7 @@ def test_random_compositions_through_the_cuda_kernels(photos, case, interpreted_
     monkeypatch.setattr(ga.cpu, "OWN_PATH", False)
     monkeypatch.setattr(pipeline_module, "_gpu_kernels", lambda device: interpreted_gpu_kernels)
     monkeypatch.setattr(interpreted_gpu_kernels, "guarded", strict)
-    ops = _check_case(photos, case, _ops if case % 2 else _more_ops, uint8=case % 4 < 2)
+    ops = _check_case(photos, case, composition_ops if case % 2 else more_composition_ops, uint8=case % 4 < 2)
     assert launched or not ops, ops  # the kernels ran where the pipeline did
 
 

@@ -16,6 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import gpuaug as ga
 import gpuaug.pipeline as pipeline_module
 from gpuaug import gpu_kernels
+from generators import composition_ops, corner_images, corner_ops, more_composition_ops
 
 fake_tensor = pytest.importorskip("torch._subclasses.fake_tensor")
 
@@ -171,20 +172,16 @@ def test_cuda_path_resize_and_center_crop_have_no_host_sync(photos, fake_cuda, s
 @pytest.mark.parametrize("kernels", ["torch kernels", "triton kernels"])
 @pytest.mark.parametrize("case", range(60))  # case 48 pads with a fill
 def test_random_compositions_have_no_host_sync(photos, monkeypatch, case, kernels):
-    """The composition generators of tests/test_compositions.py and tests/test_paths_agree.py
-    (padding modes, fills, bicubic, nearest, rotation centers, 1-pixel images, 1 channel, clips,
+    """The generators of tests/generators.py (padding modes, fills, bicubic, nearest, rotation centers, 1-pixel images, 1 channel, clips,
     float input), given on the device, on the host, or packed: no host read, no blocking copy,
     or a documented ValueError. A sweep of 1500 cases ran clean (2026-12-04)."""
-    from test_compositions import _more_ops, _ops
-    from test_paths_agree import _images, _ops as _corner_ops
-
     monkeypatch.setattr(pipeline_module, "select_device", lambda device: torch.device(device))
     monkeypatch.setattr(pipeline_module.Pipeline, "_get_generator", lambda self: None)
     monkeypatch.setattr(pipeline_module, "_gpu_kernels", lambda device: _TritonStub() if kernels == "triton kernels" else None)
     rng = random.Random(case)
-    steps = (_ops, _more_ops, _corner_ops)[case % 3](rng)
+    steps = (composition_ops, more_composition_ops, corner_ops)[case % 3](rng)
     if case % 3 == 2:
-        images = _images(rng, rng.choice([1, 3, 3]))
+        images = corner_images(rng, rng.choice([1, 3, 3]))
     else:
         images = [p[:, : rng.randint(40, 160), : rng.randint(40, 160)] for p in photos]
         images = torch.stack([p[:, :40, :40] for p in images]) if rng.random() < 0.5 else images
