@@ -247,4 +247,5 @@ def save_plot(rows: list[dict], path: str) -> None:
     ax.set_title("RandomResizedCrop + flip + rotation + ColorJitter + Normalize, 224x224")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    # A name with no suffix gets PNG at that very path (matplotlib would write PATH.png).
+    fig.savefig(path, dpi=120, format=None if os.path.splitext(str(path))[1] else "png")

@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--repeats", type=int, default=5, help="timed runs per row; the median is reported")
     bench.add_argument("--quick", action="store_true", help="batch 16, 2 repeats: a smoke test")
     bench.add_argument("--json", metavar="PATH", help="write the rows as JSON")
-    bench.add_argument("--plot", metavar="PATH", help="write a PNG bar chart (needs matplotlib)")
+    bench.add_argument("--plot", metavar="PATH", help="write a bar chart: PNG, or the format its suffix names (.svg, .pdf, ...; needs matplotlib)")
     bench.add_argument("--no-progress", action="store_true")
     bench.add_argument("--loader", action="store_true",
                        help="instead: DataLoader workers with torchvision transforms vs decode-only workers + gpuaug")
@@ -47,8 +47,12 @@ def main(argv: list[str] | None = None) -> int:
             problem = _unwritable(path)
             if problem:
                 parser.error(f"--{flag} {path}: {problem}")
-    if getattr(args, "plot", None) and importlib.util.find_spec("matplotlib") is None:
-        parser.error("--plot needs matplotlib: pip install 'gpuaug[plot]'")
+    if getattr(args, "plot", None):
+        if importlib.util.find_spec("matplotlib") is None:
+            parser.error("--plot needs matplotlib: pip install 'gpuaug[plot]'")
+        problem = _unplottable(args.plot)
+        if problem:
+            parser.error(f"--plot {args.plot}: {problem}")
 
     if args.command == "bench" and args.loader:
         from . import bench_loader
@@ -118,6 +122,18 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"packed {count} videos into {args.dst}")
     return 0
+
+
+def _unplottable(path: str) -> str | None:
+    """Why matplotlib cannot write a chart to ``path`` (its format, from the name's suffix; none
+    means PNG), or None."""
+    from matplotlib.figure import Figure
+
+    suffix = os.path.splitext(path)[1].lstrip(".").lower()
+    formats = Figure().canvas.get_supported_filetypes()
+    if suffix and suffix not in formats:
+        return f"expected a chart file ending in .png (or {', '.join('.' + f for f in sorted(formats) if f != 'png')}), got .{suffix}"
+    return None
 
 
 def _unwritable(path: str) -> str | None:

@@ -73,6 +73,23 @@ def test_unwritable_output_paths_fail_before_the_run(args, tmp_path, monkeypatch
         assert e.value.code == 2 and words in capsys.readouterr().err
 
 
+def test_a_chart_format_matplotlib_cannot_write_fails_before_the_run(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("matplotlib")
+    monkeypatch.setattr("gpuaug.bench.run", lambda *a, **k: pytest.fail("ran before checking --plot"))
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--quick", "--plot", str(tmp_path / "chart.txt")])
+    assert e.value.code == 2 and "expected a chart file ending in .png" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, magic", [("chart", b"\x89PNG"), ("chart.svg", b"<?xml")])
+def test_the_chart_is_written_at_the_path_given_png_without_a_suffix(tmp_path, name, magic):
+    pytest.importorskip("matplotlib")
+    rows = [{"device": "cpu (x86_64, 1 thread)", "batch": 16, "method": bench.GPUAUG, "images_per_s": 900.0}]
+    bench.save_plot(rows, str(tmp_path / name))
+    assert [p.name for p in tmp_path.iterdir()] == [name]  # not chart.png beside it
+    assert (tmp_path / name).read_bytes().startswith(magic)
+
+
 def test_sample_images_are_ragged_real_photos():
     photos = ga.sample_images()
     assert len(photos) == 6 and len({tuple(p.shape) for p in photos}) > 3
