@@ -10,6 +10,8 @@ files the pixels are the same (tested on every PNG color type and bit depth).
 from __future__ import annotations
 
 import io
+import os
+import re
 import struct
 import warnings
 from contextlib import contextmanager
@@ -17,7 +19,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 from PIL import Image, ImageOps
-from torchvision.io import ImageReadMode, decode_image, read_file
+from torchvision.io import ImageReadMode, decode_image
 
 # Larger images are refused before decoding (PIL's decompression-bomb limit is 89.5 Mpx; twice it).
 MAX_PIXELS = 178_956_970
@@ -137,15 +139,17 @@ def gif_first_frame(data: bytes) -> bytes | None:
 
 
 def read_bytes(path: str) -> torch.Tensor:
-    """The file's bytes as uint8 1-D; raises :class:`DecodeError` naming the path."""
+    """The file's bytes as uint8 1-D (read straight into the tensor); raises :class:`DecodeError`
+    naming the path, with the OS's reason (``[Errno 21] Is a directory``, ...)."""
     try:
-        with quiet_torchvision_io():
-            data = read_file(str(path))
-    except (OSError, RuntimeError) as e:
+        with open(path, "rb") as f:
+            data = torch.empty(os.fstat(f.fileno()).st_size, dtype=torch.uint8)
+            size = f.readinto(memoryview(data.numpy())) if len(data) else 0
+    except OSError as e:
         raise DecodeError(str(path), f"cannot read ({e})") from None
-    if data.numel() == 0:
+    if size == 0:
         raise DecodeError(str(path), "empty file (0 bytes)")
-    return data
+    return data[:size]  # shorter where the file shrank since its size was read
 
 
 def check_size(path: str, data: torch.Tensor, max_pixels: int = MAX_PIXELS) -> None:
@@ -194,10 +198,22 @@ def decode_rgb(path: str, data: torch.Tensor) -> torch.Tensor:
         with quiet_torchvision_io():
             img = decode_image(data, mode=ImageReadMode.RGB, apply_exif_orientation=True)
     except (RuntimeError, ValueError) as e:
-        raise DecodeError(str(path), f"cannot decode ({str(e).splitlines()[0][:200]})") from None
+        raise DecodeError(str(path), f"cannot decode ({_codec_message(e)})") from None
     if img.dim() == 4:  # a GIF: (frames, 3, H, W), one frame unless its blocks could not be followed
         img = img[0].clone() if len(img) > 1 else img[0]
     return img
+
+
+# torchvision's codecs raise "decode_jpeg, /__w/vision/.../decode_jpeg.cpp:171, Image is
+# incomplete or truncated": the function and its build machine's source line, then the cause.
+_CODEC_SOURCE = re.compile(r"^(\w+), \S+\.(?:cpp|cc|c|h):\d+, ")
+
+
+def _codec_message(e: Exception) -> str:
+    """The first line of a torchvision codec's error, without its C++ source location:
+    ``decode_jpeg: Image is incomplete or truncated``."""
+    line = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return _CODEC_SOURCE.sub(r"\1: ", line)[:200]
 
 
 def _animated_webp(magic: bytes) -> bool:
