@@ -387,7 +387,7 @@ def _bad_files(tmp_path, photos):
     (tmp_path / "huge.bmp").write_bytes(bmp)
     (tmp_path / "many_scans.jpg").write_bytes(_jpeg_with_scans(photos[2], 300))
     return good, {
-        "truncated.jpg": "decode_jpeg: Image is incomplete or truncated", "empty.jpg": "empty", "text.jpg": "decode",
+        "truncated.jpg": "decode_jpeg: Image is incomplete or truncated", "empty.jpg": "empty", "text.jpg": "not an image format",
         "directory.jpg": "cannot read ([Errno 21] Is a directory", "missing.jpg": "cannot read ([Errno 2] No such file", "huge.jpg": "absurd dimensions", "huge.gif": "absurd dimensions",
         "huge.bmp": "absurd dimensions", "huge_late_header.jpg": "absurd dimensions",
         "huge_late_header.gif": "absurd dimensions", "many_scans.jpg": "too many scans",

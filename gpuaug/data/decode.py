@@ -18,7 +18,7 @@ from contextlib import contextmanager
 
 import numpy as np
 import torch
-from PIL import Image, ImageOps
+from PIL import Image, ImageOps, UnidentifiedImageError
 from torchvision.io import ImageReadMode, decode_image
 
 # Larger images are refused before decoding (PIL's decompression-bomb limit is 89.5 Mpx; twice it).
@@ -240,6 +240,8 @@ def _decode_with_pil(path: str, data: torch.Tensor) -> torch.Tensor:
                 rgb = np.array(im.convert("RGB"))  # a copy: PIL's own buffer is read-only
     except DecodeError:
         raise
+    except UnidentifiedImageError:  # its message names an in-memory buffer: <_io.BytesIO object at 0x...>
+        raise DecodeError(str(path), "cannot decode (not an image format torchvision or PIL reads)") from None
     except Exception as e:  # PIL raises many kinds (OSError, SyntaxError, struct.error, ...) on bad files
         cause = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
         raise DecodeError(str(path), f"cannot decode ({cause})") from None
