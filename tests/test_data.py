@@ -638,6 +638,12 @@ def test_bad_arguments():
     for not_a_tensor in (Image.new("RGB", (8, 8)), np.zeros((8, 8, 3), np.uint8), "a.jpg"):
         with pytest.raises(TypeError, match=f"uint8 \\(3, H, W\\) tensors.*got {type(not_a_tensor).__name__} at item 0"):
             collate([(not_a_tensor, 0)])
+    for item, words in ((torch.zeros(3, 4, 4, dtype=torch.uint8), r"a tensor of shape \(3, 4, 4\) at item 0 \(an image alone"),
+                        (3, "got int at item 0"), ((torch.zeros(3, 4, 4, dtype=torch.uint8), 0, "x"), "got tuple of 3 at item 0")):
+        with pytest.raises(TypeError, match=f"collate expects \\(image, label\\) items.*{words}"):
+            collate([item])
+    with pytest.raises(TypeError, match="pipeline should be a gpuaug.Pipeline.*got str"):
+        ga.DeviceLoader([], pipeline="RandomResizedCrop(224)", device="cpu")
     with pytest.raises(TypeError, match="images as tensors.*got str at item 1"):
         next(iter(ga.DeviceLoader([([torch.zeros(3, 4, 4, dtype=torch.uint8), "b.jpg"], torch.zeros(2))], device="cpu")))
     with pytest.raises(TypeError, match="list of image files"):

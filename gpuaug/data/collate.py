@@ -89,6 +89,13 @@ def collate(items) -> Batch:
     Pinning is left to ``DataLoader(pin_memory=True)`` or :class:`gpuaug.DeviceLoader`, both in the
     main process: a forked worker must not initialise CUDA, which pinning does.
     """
+    for i, item in enumerate(items):
+        if not (isinstance(item, (tuple, list)) and len(item) == 2):
+            what = f"a tensor of shape {tuple(item.shape)}" if isinstance(item, torch.Tensor) else \
+                type(item).__name__ + (f" of {len(item)}" if isinstance(item, (tuple, list)) else "")
+            raise TypeError(f"collate expects (image, label) items, as gpuaug's datasets give, got {what} at item {i}"
+                            + (" (an image alone? return (image, label) from the Dataset)"
+                               if isinstance(item, torch.Tensor) else ""))
     good = [(img, y) for img, y in items if not isinstance(img, BadFile)]
     bad = [img for img, _ in items if isinstance(img, BadFile)]
     images = [img for img, _ in good]
