@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -61,12 +62,12 @@ def run(directory, max_files: int = 256, step_ms: float = 20.0, device=None, bat
     bar = tqdm(total=4 + len(sweep_plan), desc="gpuaug profile", disable=not progress, unit="step")
 
     def read_all():
-        blobs, bad = [], 0
+        blobs, bad = [], []
         for p in paths:
             try:
                 blobs.append((p, read_bytes(p)))
-            except DecodeError:
-                bad += 1
+            except DecodeError as e:
+                bad.append(str(e))
         return blobs, bad
 
     (blobs, bad_reads), t_read = _one_thread(read_all)
@@ -74,15 +75,15 @@ def run(directory, max_files: int = 256, step_ms: float = 20.0, device=None, bat
     bar.update()
 
     def decode_all():
-        out = []
+        out, bad = [], []
         for p, b in blobs:
             try:
                 out.append(decode_rgb(p, b))
-            except DecodeError:
-                pass
-        return out
+            except DecodeError as e:
+                bad.append(str(e))
+        return out, bad
 
-    images, t_decode = _one_thread(decode_all)
+    (images, undecodable), t_decode = _one_thread(decode_all)
     bar.update()
     if not images:
         raise FileNotFoundError(f"none of the {len(paths)} files under {str(directory)!r} could be decoded")
@@ -100,8 +101,9 @@ def run(directory, max_files: int = 256, step_ms: float = 20.0, device=None, bat
     bar.update()
 
     stages = {
-        "read": {"files_per_s": len(blobs) / t_read, "MB_per_s": n_bytes / t_read / 1e6, "unreadable": bad_reads},
-        "decode": {"images_per_s_per_core": len(images) / t_decode},
+        "read": {"files_per_s": len(blobs) / t_read, "MB_per_s": n_bytes / t_read / 1e6, "unreadable": len(bad_reads),
+                 "unreadable_files": bad_reads},
+        "decode": {"images_per_s_per_core": len(images) / t_decode, "undecodable": undecodable},
         "torchvision_transforms": {"images_per_s_per_core": len(images) / t_tv},
         "gpuaug": {"images_per_s": len(images) / t_gpuaug, "device": str(device)},
     }
@@ -111,7 +113,9 @@ def run(directory, max_files: int = 256, step_ms: float = 20.0, device=None, bat
         bar.set_postfix_str(f"workers={w} pin={pin} prefetch={pf}")
         kwargs = {"prefetch_factor": pf} if w > 0 else {}
         dl = DataLoader(dataset, batch_size=batch_size, num_workers=w, pin_memory=pin, collate_fn=collate, **kwargs)
-        seconds, waited, n = simulated_loop(DeviceLoader(dl, pipe, on_error="skip"), step_ms)
+        with warnings.catch_warnings():  # the bad files, reported once above, not once per setting
+            warnings.filterwarnings("ignore", message="gpuaug: skipping", category=RuntimeWarning)
+            seconds, waited, n = simulated_loop(DeviceLoader(dl, pipe, on_error="skip"), step_ms)
         sweep.append({"num_workers": w, "pin_memory": pin, "prefetch_factor": pf,
                       "images_per_s": n / seconds, "data_wait_fraction": waited / seconds})
         bar.update()
@@ -136,9 +140,11 @@ def format_report(r: dict) -> str:
         "",
         f"  read (bytes only)        {s['read']['files_per_s']:10.1f} files/s  {s['read']['MB_per_s']:8.1f} MB/s"
         + (f"  ({s['read']['unreadable']} unreadable)" if s["read"]["unreadable"] else ""),
-        f"  decode                   {s['decode']['images_per_s_per_core']:10.1f} img/s per core",
+        f"  decode                   {s['decode']['images_per_s_per_core']:10.1f} img/s per core"
+        + (f"  ({len(s['decode']['undecodable'])} undecodable, skipped)" if s["decode"]["undecodable"] else ""),
         f"  torchvision transforms   {s['torchvision_transforms']['images_per_s_per_core']:10.1f} img/s per core",
         f"  gpuaug ({s['gpuaug']['device']:<6})          {s['gpuaug']['images_per_s']:10.1f} img/s",
+        *_skipped_lines(s["read"].get("unreadable_files", []) + s["decode"]["undecodable"]),
         "",
         f"  {'num_workers':>11} {'pin_memory':>10} {'prefetch':>8} {'img/s':>9} {'data wait':>9}",
     ]
@@ -155,3 +161,11 @@ def format_report(r: dict) -> str:
         + f") -> {best['images_per_s']:.0f} img/s, data wait {100 * best['data_wait_fraction']:.0f}%",
     ]
     return "\n".join(lines)
+
+
+def _skipped_lines(errors: list[str], shown: int = 5) -> list[str]:
+    """The files that could not be read or decoded (the loader skips them too), the first few."""
+    if not errors:
+        return []
+    more = [f"    ... and {len(errors) - shown} more (the JSON lists them all)"] if len(errors) > shown else []
+    return ["", f"  files skipped, unreadable or undecodable ({len(errors)}):", *(f"    {e}" for e in errors[:shown]), *more]

@@ -1,9 +1,12 @@
 """`gpuaug profile` and `gpuaug bench --loader` on small generated folders."""
 
 import json
+import warnings
 
 import pytest
 
+import gpuaug.profile
+from gpuaug import DecodeError
 from gpuaug.bench_loader import make_jpeg_folder
 from gpuaug.cli import main
 
@@ -13,15 +16,29 @@ def jpeg_folder(tmp_path_factory):
     return make_jpeg_folder(tmp_path_factory.mktemp("jpegs"), n=24)
 
 
-def test_profile_prints_bottleneck_and_writes_json(jpeg_folder, tmp_path, capsys):
+def test_profile_prints_bottleneck_and_writes_json(jpeg_folder, tmp_path, capsys, monkeypatch):
     (jpeg_folder / "class0" / "broken.jpg").write_bytes(b"not a jpeg")
     out = tmp_path / "profile.json"
-    assert main(["profile", str(jpeg_folder), "--no-progress", "--step-ms", "1", "--batch-size", "8",
-                 "--device", "cpu", "--json", str(out)]) == 0
+    unreadable, read_bytes = sorted((jpeg_folder / "class1").iterdir())[0], gpuaug.profile.read_bytes
+
+    def read_failing_once(path):  # a file the OS refuses (root reads everything: stand-in)
+        if str(path) == str(unreadable):
+            raise DecodeError(str(path), "cannot read ([Errno 13] Permission denied)")
+        return read_bytes(path)
+
+    monkeypatch.setattr(gpuaug.profile, "read_bytes", read_failing_once)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # the bad file is reported, not warned once per setting
+        assert main(["profile", str(jpeg_folder), "--no-progress", "--step-ms", "1", "--batch-size", "8",
+                     "--device", "cpu", "--json", str(out)]) == 0
     text = capsys.readouterr().out
+    broken = str(jpeg_folder / "class0" / "broken.jpg")
+    assert "(1 undecodable, skipped)" in text and text.count(broken) == 1 and "(1 unreadable)" in text
+    assert "files skipped, unreadable or undecodable (2):" in text and f"{unreadable}: cannot read" in text
     assert "the loader is bound by:" in text and "use: DataLoader(num_workers=" in text
     report = json.loads(out.read_text())
     assert report["files"] == 25 and report["bottleneck"] in ("disk", "decode", "augment")
+    assert len(report["stages"]["decode"]["undecodable"]) == 1 and broken in report["stages"]["decode"]["undecodable"][0]
     assert {"read", "decode", "torchvision_transforms", "gpuaug"} == set(report["stages"])
     assert report["stages"]["read"]["files_per_s"] > 0 and report["sweep"]
     assert {r["num_workers"] for r in report["sweep"]} >= {0, 1}
