@@ -11,6 +11,7 @@ GPU decoding, :class:`gpuaug.data.EncodedBatch`, on the same base).
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 
 import torch
@@ -67,7 +68,13 @@ class PackedTensors(Sequence):
     def __getitem__(self, i):
         if isinstance(i, slice):
             return [self._item(j) for j in range(*i.indices(len(self)))]
-        return self._item(i)
+        try:
+            i = operator.index(i)  # an int, or a 0-d integer tensor
+        except TypeError:
+            raise TypeError(f"{type(self).__name__} indices should be integers or slices, got {type(i).__name__}") from None
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"index {i} is out of range for {type(self).__name__} of {len(self)} items")
+        return self._item(i % len(self))
 
     def _item(self, i: int):
         """Item ``i``: a view of its elements in ``flat`` (subclasses may wrap it)."""

@@ -541,8 +541,12 @@ def test_packed_images_behave_as_a_read_only_list(photos):
     assert len(packed) == len(photos) and packed.dtype == torch.uint8 and packed.device.type == "cpu"
     assert all(torch.equal(a, b) for a, b in zip(packed, photos))
     assert torch.equal(packed[-1], photos[-1]) and [t.shape for t in packed[1:3]] == [t.shape for t in photos[1:3]]
-    with pytest.raises(IndexError):
-        packed[len(photos)]
+    for past in (len(photos), -len(photos) - 1):
+        with pytest.raises(IndexError, match=f"index {past} is out of range for PackedImages of 4 items"):
+            packed[past]
+    with pytest.raises(TypeError, match="integers or slices, got float"):
+        packed[1.0]
+    assert torch.equal(packed[torch.tensor(2)], photos[2])
     for other in (pickle.loads(pickle.dumps(packed)), copy.deepcopy(packed), packed.with_flat(packed.flat.clone())):
         assert other.shapes == packed.shapes and all(torch.equal(a, b) for a, b in zip(other, photos))
         assert other.flat.data_ptr() != packed.flat.data_ptr()
