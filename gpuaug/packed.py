@@ -147,9 +147,12 @@ class PackedImages(PackedTensors):
         if not images:
             raise ValueError("expected at least one image to pack, got none")
         for i, t in enumerate(images):
-            if not isinstance(t, Tensor) or t.dim() not in cls.NDIMS or t.dim() != images[0].dim():
+            if not isinstance(t, Tensor):
+                raise TypeError(f"expected (C, H, W) image tensors or (T, C, H, W) clips to pack: item {i} is "
+                                f"{type(t).__name__}")
+            if t.dim() not in cls.NDIMS or t.dim() != images[0].dim():
                 raise ValueError(f"expected (C, H, W) images or (T, C, H, W) clips, all alike, to pack: item {i} is "
-                                 f"{tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__}")
+                                 f"{tuple(t.shape)}")
         return cls(cls.concatenate(images), [tuple(t.shape) for t in images])
 
     @property

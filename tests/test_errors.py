@@ -72,6 +72,8 @@ def test_bad_packed_images():
         with pytest.raises(ValueError) as info:
             make()
         assert words in str(info.value)
+    with pytest.raises(TypeError, match="image tensors .* to pack: item 1 is ndarray"):
+        ga.PackedImages.pack([x, x.numpy()])
 
 
 def test_ragged_list_without_fixed_output_size():
