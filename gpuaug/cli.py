@@ -18,7 +18,9 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--repeats", type=int, default=5, help="timed runs per row; the median is reported")
     bench.add_argument("--quick", action="store_true", help="batch 16, 2 repeats: a smoke test")
     bench.add_argument("--json", metavar="PATH", help="write the rows as JSON")
-    bench.add_argument("--plot", metavar="PATH", help="write a bar chart: PNG, or the format its suffix names (.svg, .pdf, ...; needs matplotlib)")
+    bench.add_argument("--plot", metavar="PATH",
+                       help="write a bar chart: PNG, or the format its suffix names (.svg, .pdf, ...); "
+                            "needs matplotlib")
     bench.add_argument("--no-progress", action="store_true")
     bench.add_argument("--loader", action="store_true",
                        help="instead: DataLoader workers with torchvision transforms vs decode-only workers + gpuaug")
@@ -132,7 +134,8 @@ def _unplottable(path: str) -> str | None:
     suffix = os.path.splitext(path)[1].lstrip(".").lower()
     formats = Figure().canvas.get_supported_filetypes()
     if suffix and suffix not in formats:
-        return f"expected a chart file ending in .png (or {', '.join('.' + f for f in sorted(formats) if f != 'png')}), got .{suffix}"
+        others = ", ".join("." + f for f in sorted(formats) if f != "png")
+        return f"expected a chart file ending in .png (or {others}), got .{suffix}"
     return None
 
 

@@ -144,7 +144,7 @@ def format_report(r: dict) -> str:
         + (f"  ({len(s['decode']['undecodable'])} undecodable, skipped)" if s["decode"]["undecodable"] else ""),
         f"  torchvision transforms   {s['torchvision_transforms']['images_per_s_per_core']:10.1f} img/s per core",
         f"  gpuaug ({s['gpuaug']['device']:<6})          {s['gpuaug']['images_per_s']:10.1f} img/s",
-        *_skipped_lines(s["read"].get("unreadable_files", []) + s["decode"]["undecodable"]),
+        *_skipped_lines(s["read"]["unreadable_files"] + s["decode"]["undecodable"]),
         "",
         f"  {'num_workers':>11} {'pin_memory':>10} {'prefetch':>8} {'img/s':>9} {'data wait':>9}",
     ]

@@ -62,7 +62,8 @@ class DeviceLoader:
         if not isinstance(prefetch, int) or prefetch < 1:
             raise ValueError(f"prefetch should be an int >= 1, got {prefetch!r}")
         if pipeline is not None and not callable(pipeline):
-            raise TypeError(f"pipeline should be a gpuaug.Pipeline (or None), got {type(pipeline).__name__}: {pipeline!r}")
+            raise TypeError(f"pipeline should be a gpuaug.Pipeline (or None), got {type(pipeline).__name__}: "
+                            f"{pipeline!r}")
         self.loader, self.pipeline, self.prefetch = loader, pipeline, prefetch
         if device is None and isinstance(getattr(pipeline, "device", None), torch.device):
             self.device = pipeline.device
