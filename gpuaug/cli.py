@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import sys
+import warnings
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     pack = sub.add_parser("pack", help="pack frame folders SRC/<class>/<video>/*.jpg into DST/<class>/<video>.pack")
     pack.add_argument("src")
     pack.add_argument("dst")
+    pack.add_argument("--on-error", choices=("raise", "skip"), default="raise",
+                      help="a video without frames or with an unreadable frame: stop (default) or leave it out")
     pack.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     if args.command == "bench" and args.loader and args.plot:
@@ -116,13 +119,23 @@ def main(argv: list[str] | None = None) -> int:
         print(profile.format_report(report))
     elif args.command == "pack":
         from .data.clips import pack_folder
+        from .data.decode import DecodeError
 
         try:
-            count = pack_folder(args.src, args.dst, progress=not args.no_progress)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", RuntimeWarning)
+                count = pack_folder(args.src, args.dst, progress=not args.no_progress, on_error=args.on_error)
         except (FileNotFoundError, ValueError) as e:
-            print(f"gpuaug pack: {e}", file=sys.stderr)
+            hint = " (--on-error skip packs the others)" if isinstance(e, DecodeError) else ""
+            print(f"gpuaug pack: {e}{hint}", file=sys.stderr)
             return 2
-        print(f"packed {count} videos into {args.dst}")
+        skipped = [str(w.message) for w in caught if str(w.message).startswith("gpuaug pack: skipping")]
+        for w in caught:
+            if str(w.message) in skipped:
+                print(w.message, file=sys.stderr)
+            else:
+                warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+        print(f"packed {count} videos into {args.dst}" + (f", skipped {len(skipped)}" if skipped else ""))
     return 0
 
 

@@ -147,3 +147,25 @@ def test_clips_of_different_sizes_cross_from_workers_as_one_buffer(photos):
 def test_pack_command_reports_bad_source(tmp_path, capsys):
     assert main(["pack", str(tmp_path / "missing"), str(tmp_path / "out"), "--no-progress"]) == 2
     assert "missing" in capsys.readouterr().err
+
+
+def test_pack_stops_at_a_video_without_frames_or_leaves_it_out(frames_root, tmp_path, capsys):
+    """A frame folder without JPEGs: `gpuaug pack` stops and names it (and the flag that would go
+    on), or with --on-error skip packs the others and names it; the API warns."""
+    import shutil
+
+    src = tmp_path / "src"
+    shutil.copytree(frames_root, src)
+    (src / "class1" / "empty_video").mkdir()
+    assert main(["pack", str(src), str(tmp_path / "a"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "empty_video: no JPEG frames" in err and "--on-error skip" in err
+    assert main(["pack", str(src), str(tmp_path / "b"), "--no-progress", "--on-error", "skip"]) == 0
+    out, err = capsys.readouterr()
+    assert "packed 3 videos" in out and "skipped 1" in out and "skipping" in err and "empty_video" in err
+    assert sorted(p.name for p in (tmp_path / "b").rglob("*.pack")) == ["video0.pack", "video1.pack", "video2.pack"]
+    assert len(PackedClips(tmp_path / "b", frames=3)) == 3
+    with pytest.warns(RuntimeWarning, match="skipping .*empty_video"):
+        assert ga.data.pack_folder(src, tmp_path / "c", progress=False, on_error="skip") == 3
+    with pytest.raises(ValueError, match="on_error"):
+        ga.data.pack_folder(src, tmp_path / "d", progress=False, on_error="ignore")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import struct
+import warnings
 from pathlib import Path
 
 import torch
@@ -117,18 +118,31 @@ def pack_frames(frame_paths, dst) -> int:
     return pos
 
 
-def pack_folder(src, dst, progress: bool = True) -> int:
-    """Pack every ``src/<class>/<video>/`` frame folder into ``dst/<class>/<video>.pack``; returns the count."""
+def pack_folder(src, dst, progress: bool = True, on_error: str = "raise") -> int:
+    """Pack every ``src/<class>/<video>/`` frame folder into ``dst/<class>/<video>.pack``; returns
+    how many were packed. A video with no JPEG frames, or a frame that cannot be read, raises
+    :class:`DecodeError` naming it (``on_error="raise"``: the packs written so far stay), or is
+    left out with a ``RuntimeWarning`` naming it (``on_error="skip"``)."""
     from tqdm.auto import tqdm
 
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error should be 'raise' or 'skip', got {on_error!r}")
     src_ds = FrameFolder(src, frames=1)
+    packed = 0
     for i in tqdm(range(len(src_ds)), desc="gpuaug pack", disable=not progress, unit="video"):
         video = Path(src_ds.videos[i][0])
-        paths = src_ds.frame_paths(i)
-        if not paths:
-            raise DecodeError(str(video), "no JPEG frames in this video folder")
-        pack_frames(paths, Path(dst) / video.parent.name / f"{video.name}.pack")
-    return len(src_ds)
+        try:
+            paths = src_ds.frame_paths(i)
+            if not paths:
+                raise DecodeError(str(video), "no JPEG frames in this video folder")
+            pack_frames(paths, Path(dst) / video.parent.name / f"{video.name}.pack")
+        except DecodeError as e:
+            if on_error == "raise":
+                raise
+            warnings.warn(f"gpuaug pack: skipping {e}", RuntimeWarning, stacklevel=2)
+            continue
+        packed += 1
+    return packed
 
 
 def read_pack(path: str, indices: list[int]) -> list[torch.Tensor]:
