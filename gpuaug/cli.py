@@ -129,13 +129,14 @@ def main(argv: list[str] | None = None) -> int:
             hint = " (--on-error skip packs the others)" if isinstance(e, DecodeError) else ""
             print(f"gpuaug pack: {e}{hint}", file=sys.stderr)
             return 2
-        skipped = [str(w.message) for w in caught if str(w.message).startswith("gpuaug pack: skipping")]
-        for w in caught:
-            if str(w.message) in skipped:
+        skipped = 0
+        for w in caught:  # the skipped videos as plain lines; anything else as Python shows it
+            if str(w.message).startswith("gpuaug pack: skipping"):
+                skipped += 1
                 print(w.message, file=sys.stderr)
             else:
                 warnings.showwarning(w.message, w.category, w.filename, w.lineno)
-        print(f"packed {count} videos into {args.dst}" + (f", skipped {len(skipped)}" if skipped else ""))
+        print(f"packed {count} videos into {args.dst}" + (f", skipped {skipped}" if skipped else ""))
     return 0
 
 

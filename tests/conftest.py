@@ -59,6 +59,24 @@ def color_gain(ops) -> float:
     return gain
 
 
+def route_to_kernels(monkeypatch, kernels) -> list[str]:
+    """Run CPU pipelines as CUDA does (one pass) with ``kernels`` (the interpreted
+    gpuaug.gpu_kernels) in place of CUDA's; a failing launch fails instead of falling back to torch
+    kernels. -> the names of the kernels launched, filled as they run."""
+    import gpuaug.pipeline as pipeline_module
+
+    launched = []
+
+    def strict(launch, *args, **kwargs):
+        launched.append(launch.__name__)
+        return launch(*args, **kwargs)
+
+    monkeypatch.setattr(ga.cpu, "OWN_PATH", False)
+    monkeypatch.setattr(pipeline_module, "_gpu_kernels", lambda device: kernels)
+    monkeypatch.setattr(kernels, "guarded", strict)
+    return launched
+
+
 @pytest.fixture(scope="session")
 def interpreted_gpu_kernels():
     """gpuaug.gpu_kernels loaded a second time with ``TRITON_INTERPRET=1``: its Triton kernels run on

@@ -22,8 +22,7 @@ import torchvision.transforms.v2.functional as TF
 from torchvision.transforms import InterpolationMode, v2
 
 import gpuaug as ga
-import gpuaug.pipeline as pipeline_module
-from conftest import central_disc, color_gain, to_float
+from conftest import central_disc, color_gain, route_to_kernels, to_float
 from generators import COLOR, composition_ops, more_composition_ops
 
 COLOR_KERNELS = [TF.adjust_brightness, TF.adjust_contrast, TF.adjust_saturation, TF.adjust_hue]
@@ -138,15 +137,7 @@ def test_random_compositions_of_uint8_images(photos, case, path, monkeypatch):
 def test_random_compositions_through_the_cuda_kernels(photos, case, interpreted_gpu_kernels, monkeypatch):
     """Both generators, float and uint8 input, through gpuaug.gpu_kernels (Triton's interpreter,
     ~0.6 s a case; a failing launch fails the test instead of falling back to torch kernels)."""
-    launched = []
-
-    def strict(launch, *args, **kwargs):
-        launched.append(launch.__name__)
-        return launch(*args, **kwargs)
-
-    monkeypatch.setattr(ga.cpu, "OWN_PATH", False)
-    monkeypatch.setattr(pipeline_module, "_gpu_kernels", lambda device: interpreted_gpu_kernels)
-    monkeypatch.setattr(interpreted_gpu_kernels, "guarded", strict)
+    launched = route_to_kernels(monkeypatch, interpreted_gpu_kernels)
     ops = _check_case(photos, case, composition_ops if case % 2 else more_composition_ops, uint8=case % 4 < 2)
     assert launched or not ops, ops  # the kernels ran where the pipeline did
 

@@ -96,15 +96,22 @@ class _TritonStub:
         return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
+def _stand_in_cuda(monkeypatch, kernels: str) -> _TritonStub | None:
+    """Pipelines accept CUDA as a device and draw from the (fake) default generator; with
+    ``kernels="triton kernels"`` the Triton launches go to a stub (returned)."""
+    monkeypatch.setattr(pipeline_module, "select_device", lambda device: torch.device(device))
+    monkeypatch.setattr(pipeline_module.Pipeline, "_get_generator", lambda self: None)
+    stub = _TritonStub() if kernels == "triton kernels" else None
+    monkeypatch.setattr(pipeline_module, "_gpu_kernels", lambda device: stub)
+    return stub
+
+
 @pytest.fixture(params=["torch kernels", "triton kernels"])
 def fake_cuda(monkeypatch, request):
     """A context manager for fake mode, with CUDA accepted as a device and the (fake) default
     generator; ops are built before entering it (their argument checks read values). Runs each
     test with the torch kernels and with the Triton kernels' launches stubbed out."""
-    monkeypatch.setattr(pipeline_module, "select_device", lambda device: torch.device(device))
-    monkeypatch.setattr(pipeline_module.Pipeline, "_get_generator", lambda self: None)
-    stub = _TritonStub() if request.param == "triton kernels" else None
-    monkeypatch.setattr(pipeline_module, "_gpu_kernels", lambda device: stub)
+    stub = _stand_in_cuda(monkeypatch, request.param)
     yield lambda: fake_tensor.FakeTensorMode(allow_non_fake_inputs=True)
     if stub is not None:
         assert "color_program" in stub.calls and "resample_axes" in stub.calls
@@ -175,9 +182,7 @@ def test_random_compositions_have_no_host_sync(photos, monkeypatch, case, kernel
     """The generators of tests/generators.py (padding modes, fills, bicubic, nearest, rotation centers, 1-pixel images, 1 channel, clips,
     float input), given on the device, on the host, or packed: no host read, no blocking copy,
     or a documented ValueError. A sweep of 1500 cases ran clean (2026-12-04)."""
-    monkeypatch.setattr(pipeline_module, "select_device", lambda device: torch.device(device))
-    monkeypatch.setattr(pipeline_module.Pipeline, "_get_generator", lambda self: None)
-    monkeypatch.setattr(pipeline_module, "_gpu_kernels", lambda device: _TritonStub() if kernels == "triton kernels" else None)
+    _stand_in_cuda(monkeypatch, kernels)
     rng = random.Random(case)
     steps = (composition_ops, more_composition_ops, corner_ops)[case % 3](rng)
     if case % 3 == 2:

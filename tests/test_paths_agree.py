@@ -13,8 +13,7 @@ import pytest
 import torch
 
 import gpuaug as ga
-import gpuaug.pipeline as pipeline_module
-from conftest import color_gain
+from conftest import color_gain, route_to_kernels
 from generators import corner_images, corner_ops
 
 PATHS = ["cpu fused", "cpu chunks", "one pass", "cuda kernels"]
@@ -26,8 +25,7 @@ def _run(path, ops, images, seed, kernels, monkeypatch):
         if path in ("one pass", "cuda kernels"):
             m.setattr(ga.cpu, "OWN_PATH", False)
         if path == "cuda kernels":  # the interpreted Triton kernels, failing loudly instead of falling back
-            m.setattr(pipeline_module, "_gpu_kernels", lambda device: kernels)
-            m.setattr(kernels, "guarded", lambda launch, *a, **k: launch(*a, **k))
+            route_to_kernels(m, kernels)
         return ga.Pipeline(*ops, device="cpu", seed=seed)(images)
 
 

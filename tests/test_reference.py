@@ -14,7 +14,7 @@ from torchvision.transforms import v2
 import gpuaug as ga
 import gpuaug.functional as gaF
 import gpuaug.pipeline as pipeline_module
-from conftest import central_disc, psnr, to_float
+from conftest import central_disc, psnr, route_to_kernels, to_float
 
 # The bar for color ops is 2/255 in float32; on float input both sides are float kernels
 # that agree to rounding (every color case passes at 0.01/255 on all four paths), so the bar here
@@ -44,14 +44,7 @@ def kernel_path(request, monkeypatch):
         monkeypatch.setattr(ga.cpu, "OWN_PATH", False)
     calls = []
     if path == "cuda kernels":
-        kernel = request.getfixturevalue("interpreted_gpu_kernels")
-        monkeypatch.setattr(pipeline_module, "_gpu_kernels", lambda device: kernel)
-
-        def strict(launch, *args, **kwargs):
-            calls.append(launch.__name__)
-            return launch(*args, **kwargs)
-
-        monkeypatch.setattr(kernel, "guarded", strict)
+        calls = route_to_kernels(monkeypatch, request.getfixturevalue("interpreted_gpu_kernels"))
     yield path
     assert path != "cuda kernels" or calls, "no Triton kernel was called"
 

@@ -210,8 +210,8 @@ _CODEC_SOURCE = re.compile(r"^(\w+), \S+\.(?:cpp|cc|c|h):\d+, ")
 
 
 def _codec_message(e: Exception) -> str:
-    """The first line of a torchvision codec's error, without its C++ source location:
-    ``decode_jpeg: Image is incomplete or truncated``."""
+    """The first line of a decoder's error (its type where it has no message), without a
+    torchvision codec's C++ source location: ``decode_jpeg: Image is incomplete or truncated``."""
     line = str(e).splitlines()[0] if str(e) else type(e).__name__
     return _CODEC_SOURCE.sub(r"\1: ", line)[:200]
 
@@ -243,8 +243,7 @@ def _decode_with_pil(path: str, data: torch.Tensor) -> torch.Tensor:
     except UnidentifiedImageError:  # its message names an in-memory buffer: <_io.BytesIO object at 0x...>
         raise DecodeError(str(path), "cannot decode (not an image format torchvision or PIL reads)") from None
     except Exception as e:  # PIL raises many kinds (OSError, SyntaxError, struct.error, ...) on bad files
-        cause = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
-        raise DecodeError(str(path), f"cannot decode ({cause})") from None
+        raise DecodeError(str(path), f"cannot decode ({_codec_message(e)})") from None
     return torch.from_numpy(rgb).permute(2, 0, 1)  # channels-last in memory, as torchvision.io decodes
 
 
