@@ -4,6 +4,8 @@ import io
 import multiprocessing
 import os
 import struct
+import threading
+import time
 import warnings
 import zlib
 from collections import namedtuple
@@ -451,6 +453,34 @@ def test_bad_file_skipped_warned_once_and_counted(tmp_path, photos, kind, decode
         warnings.simplefilter("error")  # warned once per path: the second epoch is silent
         assert len(list(loader)) == 1
     assert loader.stats.skipped == 2 and loader.stats.skipped_paths == [str(tmp_path / kind)] * 2
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes (POSIX)")
+@pytest.mark.parametrize("decode", ["cpu", "gpu"])
+def test_a_fifo_or_device_named_like_an_image_is_refused_not_waited_on(tmp_path, photos, decode):
+    """Opening a FIFO for reading waits for a writer, and /dev/zero never ends: both are refused
+    at once, named. A writer opens the FIFO after 3 s so that code which waits fails instead of hanging."""
+    fifo = tmp_path / "pipe.jpg"
+    os.mkfifo(fifo)
+
+    def unblock():
+        time.sleep(3)
+        try:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:  # ENXIO: nobody is waiting on it, as it should be
+            pass
+
+    threading.Thread(target=unblock, daemon=True).start()
+    ds = ImageFiles([fifo, "/dev/zero"], on_error="raise", decode=decode)
+    start = time.monotonic()
+    (fifo_item, _), (zero_item, _) = ds[0], ds[1]
+    assert time.monotonic() - start < 2
+    assert isinstance(fifo_item, BadFile) and fifo_item.path == str(fifo) and "FIFO" in fifo_item.cause
+    assert isinstance(zero_item, BadFile) and "character device" in zero_item.cause
+    fds = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+    for _ in range(20):
+        ds[0]
+    assert fds is None or len(os.listdir("/proc/self/fd")) == fds  # no descriptor left open
 
 
 def test_batch_of_only_bad_files_yields_nothing(tmp_path, photos):

@@ -9,9 +9,11 @@ files the pixels are the same (tested on every PNG color type and bit depth).
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import re
+import stat
 import struct
 import warnings
 from contextlib import contextmanager
@@ -140,16 +142,35 @@ def gif_first_frame(data: bytes) -> bytes | None:
 
 def read_bytes(path: str) -> torch.Tensor:
     """The file's bytes as uint8 1-D (read straight into the tensor); raises :class:`DecodeError`
-    naming the path, with the OS's reason (``[Errno 21] Is a directory``, ...)."""
+    naming the path, with the OS's reason (``[Errno 21] Is a directory``, ...). Only regular files
+    (or links to them) are read: a FIFO or a device named like an image is refused, not waited on
+    (opening a FIFO blocks until a writer comes; ``/dev/zero`` never ends)."""
     try:
-        with open(path, "rb") as f:
-            data = torch.empty(os.fstat(f.fileno()).st_size, dtype=torch.uint8)
-            size = f.readinto(memoryview(data.numpy())) if len(data) else 0
+        # O_NONBLOCK: opening a FIFO returns at once instead of waiting for a writer (no effect on files).
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+        try:
+            info = os.fstat(fd)
+            if stat.S_ISDIR(info.st_mode):
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+            if not stat.S_ISREG(info.st_mode):
+                raise DecodeError(str(path), f"cannot read (not a regular file but a {_file_kind(info.st_mode)})")
+            data = torch.empty(info.st_size, dtype=torch.uint8)
+            with open(fd, "rb", closefd=False) as f:
+                size = f.readinto(memoryview(data.numpy())) if len(data) else 0
+        finally:
+            os.close(fd)
     except OSError as e:
         raise DecodeError(str(path), f"cannot read ({e})") from None
     if size == 0:
         raise DecodeError(str(path), "empty file (0 bytes)")
     return data[:size]  # shorter where the file shrank since its size was read
+
+
+def _file_kind(mode: int) -> str:
+    """What a non-regular file is, in words, from its ``st_mode``."""
+    kinds = [(stat.S_ISFIFO, "FIFO (named pipe)"), (stat.S_ISCHR, "character device"),
+             (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket")]
+    return next((name for test, name in kinds if test(mode)), f"file of mode {oct(stat.S_IFMT(mode))}")
 
 
 def check_size(path: str, data: torch.Tensor, max_pixels: int = MAX_PIXELS) -> None:
