@@ -3,6 +3,8 @@
 import io
 import multiprocessing
 import os
+import random
+import re
 import struct
 import threading
 import time
@@ -347,6 +349,46 @@ def test_progressive_jpeg_decodes_and_the_scan_limit_is_exact(tmp_path, photos):
                                                 dtype=torch.uint8))
 
 
+def test_the_size_check_reads_the_frame_header_libjpeg_decodes(photos):
+    """Damaged JPEG headers (fill bytes, stuffed zeros, restart and TEM markers, second SOIs,
+    stray bytes, tiny segments inserted before the frame header, bytes changed or dropped): wherever
+    libjpeg (torchvision's decode_jpeg) decodes the file, the header walk must have found the frame
+    that libjpeg decoded, or the pixel limit checked the wrong size (0xFF 0x00 read as a segment
+    did that: its next two bytes taken for a length jumped past the frame). 3000 files, seeded."""
+    from torchvision.io import decode_jpeg
+
+    from gpuaug.data.decode import jpeg_frame
+
+    rng = random.Random(0)
+    bases = [_encoded(photos[2][:, :40, :56], "JPEG", quality=90),
+             _encoded(photos[1][:, :48, :32], "JPEG", quality=75, progressive=True),
+             _encoded(photos[0][:, :24, :40], "JPEG", quality=90, icc_profile=bytes(3000))]
+    tokens = [b"\xff\x00", b"\xff", b"\xff\xd0", b"\x01", b"\xff\x01", b"\x00", b"\xff\xff", b"\xff\xd8",
+              b"\xff\xe1\x00\x02", b"\xff\xfe\x00\x05abc", b"\x12\x34"]
+    decoded = 0
+    for case in range(3000):
+        data = bytearray(rng.choice(bases))
+        sof = re.search(rb"\xff[\xc0\xc2]", data).start()
+        for _ in range(rng.randint(1, 4)):
+            at, change = rng.randint(2, sof), rng.random()
+            if change < 0.6:
+                data[at:at] = rng.choice(tokens)
+            elif change < 0.8:
+                data[at] = rng.choice([0xFF, 0x00, 0xD0, 0x01, rng.randrange(256)])
+            else:
+                del data[at]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                img = decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+            except RuntimeError:
+                continue  # libjpeg refuses it: nothing to check
+        decoded += 1
+        frame = jpeg_frame(bytes(data))
+        assert frame is not None and frame[1:] == tuple(img.shape[1:]), f"case {case}: walk found {frame}, libjpeg decoded {tuple(img.shape)}"
+    assert decoded > 1500
+
+
 def test_32_bit_images_are_a_decode_error_saying_why(tmp_path):
     Image.fromarray(np.linspace(0, 1, 64 * 48, dtype=np.float32).reshape(48, 64)).save(tmp_path / "float.tif")
     item, _ = ImageFiles([tmp_path / "float.tif"])[0]
@@ -388,11 +430,15 @@ def _bad_files(tmp_path, photos):
     bmp[18:26] = struct.pack("<ii", 100000, 100000)
     (tmp_path / "huge.bmp").write_bytes(bmp)
     (tmp_path / "many_scans.jpg").write_bytes(_jpeg_with_scans(photos[2], 300))
+    # 0xFF 0x00 after the SOI: libjpeg discards it and decodes the 60000x60000 frame after it.
+    (tmp_path / "huge_after_stuffed_zero.jpg").write_bytes(huge[:2] + b"\xff\x00" + huge[2:])
+    (tmp_path / "many_markers.jpg").write_bytes(data[:2] + b"\xff\xd0" * 20_000 + data[2:])
     return good, {
         "truncated.jpg": "decode_jpeg: Image is incomplete or truncated", "empty.jpg": "empty", "text.jpg": "not an image format",
         "directory.jpg": "cannot read ([Errno 21] Is a directory", "missing.jpg": "cannot read ([Errno 2] No such file", "huge.jpg": "absurd dimensions", "huge.gif": "absurd dimensions",
         "huge.bmp": "absurd dimensions", "huge_late_header.jpg": "absurd dimensions",
         "huge_late_header.gif": "absurd dimensions", "many_scans.jpg": "too many scans",
+        "huge_after_stuffed_zero.jpg": "absurd dimensions", "many_markers.jpg": "more than 10000 markers before its frame",
     }
 
 
@@ -419,7 +465,8 @@ def _jpeg_with_scans(photo: torch.Tensor, count: int) -> bytes:
 
 
 BAD_FILES = ["truncated.jpg", "empty.jpg", "text.jpg", "directory.jpg", "missing.jpg", "huge.jpg", "huge.gif",
-             "huge.bmp", "huge_late_header.jpg", "huge_late_header.gif", "many_scans.jpg"]
+             "huge.bmp", "huge_late_header.jpg", "huge_late_header.gif", "many_scans.jpg", "huge_after_stuffed_zero.jpg",
+             "many_markers.jpg"]
 
 
 @pytest.mark.parametrize("kind", BAD_FILES)

@@ -29,6 +29,11 @@ MAX_PIXELS = 178_956_970
 # scan, so a small file of repeated scans takes minutes (a 250 kB one of 5000, 56 s here). Real
 # progressive files have about 10; 256 is NVIDIA nvImageCodec's default limit for the same attack.
 MAX_JPEG_SCANS = 256
+# JPEGs with more markers before their frame header are refused: real files have tens (a large
+# ICC profile or XMP packet split into 64 kB segments, a few hundred); each costs a Python step.
+MAX_JPEG_MARKERS = 10_000
+_SOF_MARKERS = frozenset((0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF))
+_FILL = re.compile(rb"\xff+")
 
 
 @contextmanager
@@ -90,27 +95,36 @@ def image_size(data: bytes) -> tuple[int, int] | None:
 
 def jpeg_frame(data: bytes) -> tuple[int, int, int] | None:
     """A JPEG's frame header: ``(marker, height, width)``, its SOF marker (0xC0 baseline, 0xC2
-    progressive, ...); None if not found in ``data`` (the file, or its start). The segments are
-    walked over by their lengths up to the frame header; the scan data is never read."""
-    i = 2
-    while i + 9 < len(data):
-        if data[i] != 0xFF:  # stray bytes between segments: libjpeg skips to the next marker too
-            i = data.find(b"\xff", i)
-            if i < 0:
-                return None
-            continue
-        marker = data[i + 1]
-        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7 or marker == 0xFF:
-            i += 1 if marker == 0xFF else 2
-            continue
-        if marker in (0xDA, 0xD9):  # scan data or the end, and no frame header before it: the decoder will say
+    progressive, ...); None if not found in ``data`` (the file, or its start), or if a scan, the end
+    or a second SOI comes first (libjpeg refuses such a file). The segments are walked over by their
+    lengths up to the frame header; the scan data is never read.
+
+    Markers are found as libjpeg's ``next_marker`` finds them, so that both read the same frame
+    header: bytes other than 0xFF between segments are skipped, a run of 0xFF is fill, and 0xFF 0x00
+    is discarded, not a segment (read as one, its next two bytes would be taken for a length and the
+    walk could jump past the frame header that libjpeg then decodes, unchecked). Raises ValueError
+    past :data:`MAX_JPEG_MARKERS` markers (each costs a Python step here; libjpeg has no limit)."""
+    i, end = 2, len(data)
+    for _ in range(MAX_JPEG_MARKERS):
+        i = data.find(b"\xff", i)
+        if i < 0:
             return None
-        length = struct.unpack(">H", data[i + 2 : i + 4])[0]
-        if marker in (0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF):
-            height, width = struct.unpack(">HH", data[i + 5 : i + 9])
+        i = _FILL.match(data, i).end()
+        if i >= end:
+            return None
+        marker = data[i]
+        i += 1
+        if marker in (0x00, 0x01) or 0xD0 <= marker <= 0xD7:  # discarded, TEM, RSTn: no length follows
+            continue
+        if marker in (0xD8, 0xD9, 0xDA) or i + 2 > end:
+            return None
+        if marker in _SOF_MARKERS:
+            if i + 7 > end:
+                return None
+            height, width = struct.unpack(">HH", data[i + 3 : i + 7])  # after the length and the precision byte
             return marker, height, width
-        i += 2 + length
-    return None
+        i += max(struct.unpack(">H", data[i : i + 2])[0], 2)  # the length counts its own two bytes
+    raise ValueError(f"more than {MAX_JPEG_MARKERS} markers before its frame header (real JPEGs have tens)")
 
 
 def gif_first_frame(data: bytes) -> bytes | None:
@@ -175,7 +189,8 @@ def _file_kind(mode: int) -> str:
 
 def check_size(path: str, data: torch.Tensor, max_pixels: int = MAX_PIXELS) -> None:
     """Refuse, before decoding, a file whose header claims more than ``max_pixels`` pixels (or
-    zero), and a JPEG of more than :data:`MAX_JPEG_SCANS` scans: :class:`DecodeError` naming the path."""
+    zero), a JPEG of more than :data:`MAX_JPEG_SCANS` scans, and one of more than
+    :data:`MAX_JPEG_MARKERS` markers before its frame header: :class:`DecodeError` naming the path."""
     try:
         header = data[:65536].numpy().tobytes()
         size = image_size(header)
@@ -186,6 +201,8 @@ def check_size(path: str, data: torch.Tensor, max_pixels: int = MAX_PIXELS) -> N
             size = image_size(header)
     except Image.DecompressionBombError as e:
         raise DecodeError(str(path), f"absurd dimensions ({e})") from None
+    except ValueError as e:  # a JPEG whose frame header is too far in to look for
+        raise DecodeError(str(path), f"cannot decode ({e})") from None
     if size is not None and (size[0] * size[1] > max_pixels or 0 in size):
         raise DecodeError(str(path), f"absurd dimensions {size[0]}x{size[1]} (more than {max_pixels} pixels or zero)")
     if header[:3] == _JPEG:
