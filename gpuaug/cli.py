@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     pack.add_argument("dst")
     pack.add_argument("--on-error", choices=("raise", "skip"), default="raise",
                       help="a video without frames or with an unreadable frame: stop (default) or leave it out")
+    pack.add_argument("--force", action="store_true",
+                      help="rewrite every pack (by default a pack newer than its frames is left as it is)")
     pack.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     if args.command == "bench" and args.loader and args.plot:
@@ -124,19 +126,20 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", RuntimeWarning)
-                count = pack_folder(args.src, args.dst, progress=not args.no_progress, on_error=args.on_error)
+                counts = pack_folder(args.src, args.dst, progress=not args.no_progress, on_error=args.on_error,
+                                     force=args.force)
         except (FileNotFoundError, ValueError) as e:
             hint = " (--on-error skip packs the others)" if isinstance(e, DecodeError) else ""
             print(f"gpuaug pack: {e}{hint}", file=sys.stderr)
             return 2
-        skipped = 0
-        for w in caught:  # the skipped videos as plain lines; anything else as Python shows it
-            if str(w.message).startswith("gpuaug pack: skipping"):
-                skipped += 1
+        for w in caught:  # its own warnings (skipped videos, orphaned packs) as plain lines
+            if str(w.message).startswith("gpuaug pack:"):
                 print(w.message, file=sys.stderr)
             else:
                 warnings.showwarning(w.message, w.category, w.filename, w.lineno)
-        print(f"packed {count} videos into {args.dst}" + (f", skipped {skipped}" if skipped else ""))
+        print(f"packed {counts.packed} videos into {args.dst}"
+              + (f", {counts.up_to_date} already up to date" if counts.up_to_date else "")
+              + (f", skipped {counts.skipped}" if counts.skipped else ""))
     return 0
 
 

@@ -166,6 +166,96 @@ def test_pack_stops_at_a_video_without_frames_or_leaves_it_out(frames_root, tmp_
     assert sorted(p.name for p in (tmp_path / "b").rglob("*.pack")) == ["video0.pack", "video1.pack", "video2.pack"]
     assert len(PackedClips(tmp_path / "b", frames=3)) == 3
     with pytest.warns(RuntimeWarning, match="skipping .*empty_video"):
-        assert ga.data.pack_folder(src, tmp_path / "c", progress=False, on_error="skip") == 3
+        assert ga.data.pack_folder(src, tmp_path / "c", progress=False, on_error="skip") == (3, 0, 1)
     with pytest.raises(ValueError, match="on_error"):
         ga.data.pack_folder(src, tmp_path / "d", progress=False, on_error="ignore")
+
+
+def _aged_copy(frames_root, dst):
+    """A copy of the frame folders whose files and folders were last written an hour ago (so a
+    pack written now is newer than them whatever the clock's tick)."""
+    import os
+    import shutil
+    import time
+
+    shutil.copytree(frames_root, dst)
+    hour_ago = time.time() - 3600
+    for p in sorted(dst.rglob("*"), reverse=True):  # files before their folders
+        os.utime(p, (hour_ago, hour_ago))
+    return dst
+
+
+def _pack_times(root):
+    return {p.relative_to(root).as_posix(): p.stat().st_mtime_ns for p in root.rglob("*.pack")}
+
+
+def test_pack_reruns_only_what_changed_and_force_rewrites_all(frames_root, tmp_path, capsys):
+    """A rerun leaves packs newer than their frames as they are (an interrupted pack resumes), and
+    repacks a video whose frame was rewritten, or that gained a frame, or whose pack is gone."""
+    import os
+    import time
+
+    src, dst = _aged_copy(frames_root, tmp_path / "src"), tmp_path / "dst"
+    assert ga.data.pack_folder(src, dst, progress=False) == (3, 0, 0)
+    first = _pack_times(dst)
+    assert main(["pack", str(src), str(dst), "--no-progress"]) == 0
+    assert "packed 0 videos" in capsys.readouterr().out and _pack_times(dst) == first
+    assert ga.data.pack_folder(src, dst, progress=False) == (0, 3, 0)
+
+    os.utime(src / "class0" / "video0" / "frame_0003.jpg")  # rewritten now
+    (src / "class1" / "video1" / "frame_0005.jpg").write_bytes((src / "class1" / "video1" / "frame_0004.jpg").read_bytes())
+    (dst / "class0" / "video2.pack").unlink()
+    time.sleep(0.01)  # past the clock tick of the writes above
+    assert ga.data.pack_folder(src, dst, progress=False) == (3, 0, 0)
+    assert ga.data.pack_folder(src, dst, progress=False) == (0, 3, 0)
+    assert len(PackedClips(dst, frames=1)) == 3 and ga.data.clips.pack_length(str(dst / "class1" / "video1.pack")) == 6
+
+    before = _pack_times(dst)
+    time.sleep(0.01)
+    assert main(["pack", str(src), str(dst), "--no-progress", "--force"]) == 0
+    assert "packed 3 videos" in capsys.readouterr().out
+    assert all(t > before[k] for k, t in _pack_times(dst).items())
+
+
+def test_an_interrupted_pack_resumes_and_leaves_no_temporary_file(frames_root, tmp_path, monkeypatch):
+    """Ctrl-C while a pack is being written: the packs done stay, the one being written leaves no
+    file (neither half a pack nor its temporary), and the rerun packs only the rest."""
+    from gpuaug.data import clips
+
+    src, dst = _aged_copy(frames_root, tmp_path / "src"), tmp_path / "dst"
+    real_header = clips._HEADER
+    calls = []
+
+    class Interrupting:  # the second pack is interrupted after its header is written
+        size = real_header.size
+
+        def pack(self, *args):
+            calls.append(args)
+            if len(calls) == 2:
+                raise KeyboardInterrupt
+            return real_header.pack(*args)
+
+    monkeypatch.setattr(clips, "_HEADER", Interrupting())
+    with pytest.raises(KeyboardInterrupt):
+        ga.data.pack_folder(src, dst, progress=False)
+    monkeypatch.setattr(clips, "_HEADER", real_header)
+    assert [p.name for p in dst.rglob("*") if p.is_file()] == ["video0.pack"]
+    assert ga.data.pack_folder(src, dst, progress=False) == (2, 1, 0)
+    assert len(PackedClips(dst, frames=2)) == 3
+
+
+def test_pack_names_packs_its_source_no_longer_has(frames_root, tmp_path, capsys):
+    """A video removed from the source, or skipped as bad, keeps its older pack (PackedClips would
+    read it): the run names it instead of leaving it unseen."""
+    import shutil
+
+    src, dst = _aged_copy(frames_root, tmp_path / "src"), tmp_path / "dst"
+    ga.data.pack_folder(src, dst, progress=False)
+    shutil.rmtree(src / "class0" / "video2")
+    for frame in (src / "class1" / "video1").iterdir():
+        frame.unlink()
+    assert main(["pack", str(src), str(dst), "--no-progress", "--on-error", "skip"]) == 0
+    out, err = capsys.readouterr()
+    assert "packed 0 videos" in out and "1 already up to date" in out and "skipped 1" in out
+    assert f"its older pack {dst / 'class1' / 'video1.pack'} is still there" in err
+    assert "1 pack(s) under" in err and str(dst / "class0" / "video2.pack") in err

@@ -17,6 +17,7 @@ import re
 import struct
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from torch.utils.data import Dataset
@@ -98,7 +99,8 @@ class FrameFolder(Dataset):
 
 
 def pack_frames(frame_paths, dst) -> int:
-    """Write the JPEG bytes of ``frame_paths`` (in order) to one pack file ``dst``; returns its size."""
+    """Write the JPEG bytes of ``frame_paths`` (in order) to one pack file ``dst``; returns its size.
+    It is written under a temporary name and renamed: ``dst`` is never half-written."""
     blobs = [read_bytes(p).numpy().tobytes() for p in frame_paths]
     if not blobs:
         raise ValueError(f"no frames to pack into {dst}")
@@ -109,40 +111,86 @@ def pack_frames(frame_paths, dst) -> int:
     offsets.append(pos)
     Path(dst).parent.mkdir(parents=True, exist_ok=True)
     tmp = f"{dst}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(_HEADER.pack(PACK_MAGIC, PACK_VERSION, len(blobs)))
-        f.write(struct.pack(f"<{len(offsets)}Q", *offsets))
-        for b in blobs:
-            f.write(b)
-    os.replace(tmp, dst)  # never leave a half-written pack under the final name
+    try:
+        with open(tmp, "wb") as f:
+            f.write(_HEADER.pack(PACK_MAGIC, PACK_VERSION, len(blobs)))
+            f.write(struct.pack(f"<{len(offsets)}Q", *offsets))
+            for b in blobs:
+                f.write(b)
+        os.replace(tmp, dst)
+    except BaseException:  # a full disk, Ctrl-C: no temporary file left behind
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return pos
 
 
-def pack_folder(src, dst, progress: bool = True, on_error: str = "raise") -> int:
+class PackCounts(NamedTuple):
+    """What :func:`pack_folder` did: videos ``packed`` (written), ``up_to_date`` (their pack was
+    newer than their frames: left as they were) and ``skipped`` (bad, ``on_error="skip"``)."""
+
+    packed: int
+    up_to_date: int
+    skipped: int
+
+
+def pack_is_current(pack, video, frame_paths) -> bool:
+    """Whether ``pack`` holds ``video``'s frames as they are now: it exists, holds as many frames,
+    and was written after the video folder last changed (frames added, removed or renamed) and
+    after each frame file was last written. Timestamps are compared strictly (a pack written in the
+    same clock tick as a frame is repacked)."""
+    try:
+        written = os.stat(pack).st_mtime_ns
+        newest = max(os.stat(p).st_mtime_ns for p in [video, *frame_paths])
+        return written > newest and pack_length(str(pack)) == len(frame_paths)
+    except (OSError, DecodeError):
+        return False
+
+
+def pack_folder(src, dst, progress: bool = True, on_error: str = "raise", force: bool = False) -> PackCounts:
     """Pack every ``src/<class>/<video>/`` frame folder into ``dst/<class>/<video>.pack``; returns
-    how many were packed. A video with no JPEG frames, or a frame that cannot be read, raises
-    :class:`DecodeError` naming it (``on_error="raise"``: the packs written so far stay), or is
-    left out with a ``RuntimeWarning`` naming it (``on_error="skip"``)."""
+    :class:`PackCounts`. A video whose pack is current (:func:`pack_is_current`) is left as it is,
+    so an interrupted run resumes where it stopped; ``force=True`` rewrites every pack. A video with
+    no JPEG frames, or a frame that cannot be read, raises :class:`DecodeError` naming it
+    (``on_error="raise"``: the packs written so far stay), or is left out with a ``RuntimeWarning``
+    naming it (``on_error="skip"``)."""
     from tqdm.auto import tqdm
 
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error should be 'raise' or 'skip', got {on_error!r}")
     src_ds = FrameFolder(src, frames=1)
-    packed = 0
+    packed = up_to_date = skipped = 0
     for i in tqdm(range(len(src_ds)), desc="gpuaug pack", disable=not progress, unit="video"):
         video = Path(src_ds.videos[i][0])
+        pack = Path(dst) / video.parent.name / f"{video.name}.pack"
         try:
             paths = src_ds.frame_paths(i)
             if not paths:
                 raise DecodeError(str(video), "no JPEG frames in this video folder")
-            pack_frames(paths, Path(dst) / video.parent.name / f"{video.name}.pack")
+            if not force and pack_is_current(pack, video, paths):
+                up_to_date += 1
+                continue
+            pack_frames(paths, pack)
         except DecodeError as e:
             if on_error == "raise":
                 raise
-            warnings.warn(f"gpuaug pack: skipping {e}", RuntimeWarning, stacklevel=2)
+            stale = f"; its older pack {pack} is still there" if pack.is_file() else ""
+            warnings.warn(f"gpuaug pack: skipping {e}{stale}", RuntimeWarning, stacklevel=2)
+            skipped += 1
             continue
         packed += 1
-    return packed
+    _warn_of_orphans(Path(dst), {f"{Path(v).parent.name}/{Path(v).name}.pack" for v, _ in src_ds.videos})
+    return PackCounts(packed, up_to_date, skipped)
+
+
+def _warn_of_orphans(dst: Path, expected: set[str]) -> None:
+    """Warn of packs under ``dst`` whose video is not in the source (removed or renamed since an
+    earlier run): :class:`PackedClips` would still read them. They are named, not deleted."""
+    orphans = sorted(str(p) for p in dst.glob("*/*.pack") if f"{p.parent.name}/{p.name}" not in expected)
+    if orphans:
+        shown = ", ".join(orphans[:3]) + (f" and {len(orphans) - 3} more" if len(orphans) > 3 else "")
+        warnings.warn(f"gpuaug pack: {len(orphans)} pack(s) under {dst} have no video in the source (removed or "
+                      f"renamed since they were packed; PackedClips still reads them): {shown}", RuntimeWarning,
+                      stacklevel=3)
 
 
 def read_pack(path: str, indices: list[int]) -> list[torch.Tensor]:
