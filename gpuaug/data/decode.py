@@ -1,10 +1,15 @@
 """Reading and decoding one image file to uint8 ``(3, H, W)``, with errors that name the file.
 
-JPEG, GIF and WEBP are decoded by ``torchvision.io``; PNG, animated WEBP and every other format PIL
-reads (BMP, PPM/PGM, TIFF, AVIF, ...: what torchvision's own PIL-based ImageFolder opens) by PIL, which
-ships with torchvision. PNG goes to PIL because torchvision's decoder (0.29) kills the process
-(SIGSEGV) on a corrupt one, a single flipped bit in its image data, where PIL raises; on valid
-files the pixels are the same (tested on every PNG color type and bit depth).
+JPEG and still WEBP are decoded by ``torchvision.io``; PNG, GIF, animated WEBP and every other
+format PIL reads (BMP, PPM/PGM, TIFF, AVIF, ...: what torchvision's own PIL-based ImageFolder opens)
+by PIL, which ships with torchvision. On valid files the pixels are the same either way (tested on
+every PNG color type and bit depth, and on GIFs with transparency, interlacing, local color tables
+and frames smaller than their screen), but torchvision's decoders (0.29) fail on damaged ones where
+PIL raises or decodes them the same way every time: its PNG decoder kills the process (SIGSEGV) on
+a single flipped bit in the image data, and its GIF decoder returns uninitialised memory for some
+damaged GIFs (different pixels on each call). PIL also decodes only a GIF's first frame, where
+torchvision's decodes every frame at the size of the screen (70,000 one-pixel frames, 1 MB of file,
+on a 4000x4000 screen would ask for 3 TB).
 """
 
 from __future__ import annotations
@@ -68,10 +73,9 @@ def is_jpeg(data: torch.Tensor) -> bool:
 
 
 def decoded_by_torchvision(data: bytes) -> bool:
-    """Whether this file is decoded by ``torchvision.io`` (JPEG, GIF, a still WEBP), by its first
-    21 bytes; the rest go to PIL (see the module's docstring)."""
-    return data[:3] == _JPEG or data[:4] == b"GIF8" or (data[:4] == b"RIFF" and data[8:12] == b"WEBP"
-                                                          and not _animated_webp(data))
+    """Whether this file is decoded by ``torchvision.io`` (JPEG, a still WEBP), by its first 21
+    bytes; the rest go to PIL (see the module's docstring)."""
+    return data[:3] == _JPEG or (data[:4] == b"RIFF" and data[8:12] == b"WEBP" and not _animated_webp(data))
 
 
 def image_size(data: bytes) -> tuple[int, int] | None:
@@ -127,33 +131,6 @@ def jpeg_frame(data: bytes) -> tuple[int, int, int] | None:
     raise ValueError(f"more than {MAX_JPEG_MARKERS} markers before its frame header (real JPEGs have tens)")
 
 
-def gif_first_frame(data: bytes) -> bytes | None:
-    """A GIF cut after its first frame (the blocks before it kept, the trailer added), or None
-    where it has one frame or its blocks cannot be followed (the decoder will say). torchvision
-    decodes every frame of a GIF at the size of its screen: 15 bytes of a 1x1 frame cost a whole
-    frame, so 70,000 of them on a 4000x4000 screen, 1 MB of file, would ask for 3 TB."""
-    if len(data) < 13:
-        return None
-    i = 13 + ((3 << ((data[10] & 7) + 1)) if data[10] & 0x80 else 0)  # past the screen and its color table
-    while i < len(data):
-        block = data[i]
-        if block == 0x21:  # an extension: label, then sub-blocks
-            i += 2
-        elif block == 0x2C:  # an image: descriptor, local color table, LZW code size, then sub-blocks
-            if i + 10 > len(data):
-                return None
-            flags = data[i + 9]
-            i += 10 + ((3 << ((flags & 7) + 1)) if flags & 0x80 else 0) + 1
-        else:  # the trailer, or bytes no GIF has
-            return None
-        while i < len(data) and data[i]:  # sub-blocks: a length byte, that many bytes; 0 ends them
-            i += 1 + data[i]
-        i += 1
-        if block == 0x2C:
-            return data[:i] + b"\x3b" if i < len(data) and data[i] != 0x3B else None
-    return None
-
-
 def read_bytes(path: str) -> torch.Tensor:
     """The file's bytes as uint8 1-D (read straight into the tensor); raises :class:`DecodeError`
     naming the path, with the OS's reason (``[Errno 21] Is a directory``, ...). Only regular files
@@ -195,8 +172,8 @@ def check_size(path: str, data: torch.Tensor, max_pixels: int = MAX_PIXELS) -> N
         header = data[:65536].numpy().tobytes()
         size = image_size(header)
         if size is None and data.numel() > len(header) and decoded_by_torchvision(header[:21]):
-            # The header lies further in (after a JPEG's ICC profile or EXIF thumbnail, a GIF's
-            # comments), and torchvision's decoders have no limit of their own (PIL's formats do).
+            # The header lies further in (after a JPEG's ICC profile or EXIF thumbnail), and
+            # torchvision's decoders have no limit of their own (PIL's have: see _decode_with_pil).
             header = data.numpy().tobytes()
             size = image_size(header)
     except Image.DecompressionBombError as e:
@@ -227,19 +204,13 @@ def decode_rgb(path: str, data: torch.Tensor) -> torch.Tensor:
     animated GIF or WEBP gives its first frame (as PIL, and so torchvision's ImageFolder, does;
     only that frame is decoded)."""
     check_size(path, data)
-    magic = data[:21].numpy().tobytes()
-    if not decoded_by_torchvision(magic):
+    if not decoded_by_torchvision(data[:21].numpy().tobytes()):
         return _decode_with_pil(path, data)
-    if magic[:4] == b"GIF8" and (first := gif_first_frame(data.numpy().tobytes())) is not None:
-        data = torch.frombuffer(bytearray(first), dtype=torch.uint8)
     try:
         with quiet_torchvision_io():
-            img = decode_image(data, mode=ImageReadMode.RGB, apply_exif_orientation=True)
+            return decode_image(data, mode=ImageReadMode.RGB, apply_exif_orientation=True)
     except (RuntimeError, ValueError) as e:
         raise DecodeError(str(path), f"cannot decode ({_codec_message(e)})") from None
-    if img.dim() == 4:  # a GIF: (frames, 3, H, W), one frame unless its blocks could not be followed
-        img = img[0].clone() if len(img) > 1 else img[0]
-    return img
 
 
 # torchvision's codecs raise "decode_jpeg, /__w/vision/.../decode_jpeg.cpp:171, Image is
@@ -261,8 +232,9 @@ def _animated_webp(magic: bytes) -> bool:
 
 
 def _decode_with_pil(path: str, data: torch.Tensor) -> torch.Tensor:
-    """PNG, animated WEBP and the formats torchvision.io does not read, through PIL, to what
-    :func:`decode_rgb` gives."""
+    """PNG, GIF (its first frame), animated WEBP and the formats torchvision.io does not read,
+    through PIL, to what :func:`decode_rgb` gives. PIL refuses more than :data:`MAX_PIXELS` pixels
+    itself (twice its warning limit), wherever the header lies."""
     try:
         with _pil_quiet(), Image.open(io.BytesIO(data.numpy().tobytes())) as im:
             png = im.format == "PNG"
@@ -278,6 +250,8 @@ def _decode_with_pil(path: str, data: torch.Tensor) -> torch.Tensor:
                 rgb = np.array(im.convert("RGB"))  # a copy: PIL's own buffer is read-only
     except DecodeError:
         raise
+    except Image.DecompressionBombError as e:
+        raise DecodeError(str(path), f"absurd dimensions ({e})") from None
     except UnidentifiedImageError:  # its message names an in-memory buffer: <_io.BytesIO object at 0x...>
         raise DecodeError(str(path), "cannot decode (not an image format torchvision or PIL reads)") from None
     except Exception as e:  # PIL raises many kinds (OSError, SyntaxError, struct.error, ...) on bad files
