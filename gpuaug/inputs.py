@@ -3,6 +3,8 @@ a list, clips, a :class:`gpuaug.PackedImages`) and the pipeline's own arguments.
 
 from __future__ import annotations
 
+import math
+
 from numbers import Integral
 
 import torch
@@ -124,6 +126,9 @@ def check_float_range(image: Tensor) -> None:
     if isinstance(low_high.min, FakeTensor):  # traced (fake mode): no values to check
         return
     low, high = float(low_high.min), float(low_high.max)
+    if math.isnan(low) or math.isnan(high):
+        raise ValueError(f"expected float images in [0, 1], got NaN values (image 0, {int(image.isnan().sum())} of "
+                         f"{image.numel()}): the decode or the preprocessing before the pipeline produced them")
     if not (FLOAT_RANGE[0] <= low and high <= FLOAT_RANGE[1]):
         raise ValueError(
             f"expected float images in [0, 1], got values in [{low:.4g}, {high:.4g}] (image 0): 0-255 floats? "

@@ -364,8 +364,9 @@ def test_float_images_far_outside_0_1_are_refused(photos, mistake):
            "nan": image.masked_fill(image > 0.9, float("nan"))}[mistake]
     pipe = ga.Pipeline(ga.RandomResizedCrop(32), device="cpu", seed=0)
     for given in (bad[None], [bad, image], bad[None, None]):  # batch, list (image 0 is read), clip
-        with pytest.raises(ValueError, match=r"expected float images in \[0, 1\]"):
+        with pytest.raises(ValueError, match=r"expected float images in \[0, 1\]") as info:
             pipe(given)
+        assert ("NaN values" in str(info.value)) == (mistake == "nan")  # not "values in [nan, nan]"
     overshoot = v2.functional.resize(image, [150, 225], interpolation=v2.InterpolationMode.BICUBIC, antialias=True)
     assert overshoot.max() > 1 or overshoot.min() < 0  # bicubic rings past [0, 1] at edges
     assert pipe(overshoot[None]).shape == (1, 3, 32, 32)
