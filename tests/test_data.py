@@ -568,6 +568,19 @@ def test_a_fifo_or_device_named_like_an_image_is_refused_not_waited_on(tmp_path,
     assert fds is None or len(os.listdir("/proc/self/fd")) == fds  # no descriptor left open
 
 
+def test_a_file_larger_than_any_image_is_refused_before_it_is_read(tmp_path):
+    """A video or an archive named like an image was read whole into the worker's memory (and the
+    worker killed for it, the path lost). The file here is sparse: no disk, and nothing read."""
+    from gpuaug.data.decode import MAX_FILE_BYTES, MAX_PIXELS
+
+    assert MAX_FILE_BYTES >= 8 * MAX_PIXELS  # room for any image within the pixel limit (16-bit RGBA)
+    with open(tmp_path / "movie.jpg", "wb") as f:
+        f.truncate(MAX_FILE_BYTES + 1)
+    item, _ = ImageFiles([tmp_path / "movie.jpg"])[0]
+    assert isinstance(item, BadFile) and item.path == str(tmp_path / "movie.jpg")
+    assert item.cause.startswith(f"too large to be an image ({MAX_FILE_BYTES + 1} bytes")
+
+
 def test_batch_of_only_bad_files_yields_nothing(tmp_path, photos):
     _, causes = _bad_files(tmp_path, photos)
     ds = ImageFiles([tmp_path / k for k in causes], on_error="skip")

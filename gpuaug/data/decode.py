@@ -30,6 +30,10 @@ from torchvision.io import ImageReadMode, decode_image
 
 # Larger images are refused before decoding (PIL's decompression-bomb limit is 89.5 Mpx; twice it).
 MAX_PIXELS = 178_956_970
+# Larger files are refused before reading: no image within MAX_PIXELS needs more (uncompressed
+# 16-bit RGBA is 8 bytes a pixel; 64 MiB more for metadata). A video or an archive named like an
+# image would otherwise be read whole into a worker's memory.
+MAX_FILE_BYTES = 8 * MAX_PIXELS + (64 << 20)
 # JPEGs with more scans are refused before decoding: libjpeg passes over the whole image once per
 # scan, so a small file of repeated scans takes minutes (a 250 kB one of 5000, 56 s here). Real
 # progressive files have about 10; 256 is NVIDIA nvImageCodec's default limit for the same attack.
@@ -134,8 +138,9 @@ def jpeg_frame(data: bytes) -> tuple[int, int, int] | None:
 def read_bytes(path: str) -> torch.Tensor:
     """The file's bytes as uint8 1-D (read straight into the tensor); raises :class:`DecodeError`
     naming the path, with the OS's reason (``[Errno 21] Is a directory``, ...). Only regular files
-    (or links to them) are read: a FIFO or a device named like an image is refused, not waited on
-    (opening a FIFO blocks until a writer comes; ``/dev/zero`` never ends)."""
+    (or links to them) of at most :data:`MAX_FILE_BYTES` are read: a FIFO or a device named like an
+    image is refused, not waited on (opening a FIFO blocks until a writer comes; ``/dev/zero`` never
+    ends), and a larger file is refused before it is read."""
     try:
         # O_NONBLOCK: opening a FIFO returns at once instead of waiting for a writer (no effect on files).
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
@@ -145,6 +150,9 @@ def read_bytes(path: str) -> torch.Tensor:
                 raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
             if not stat.S_ISREG(info.st_mode):
                 raise DecodeError(str(path), f"cannot read (not a regular file but a {_file_kind(info.st_mode)})")
+            if info.st_size > MAX_FILE_BYTES:
+                raise DecodeError(str(path), f"too large to be an image ({info.st_size} bytes; one of "
+                                             f"{MAX_PIXELS} pixels needs at most {MAX_FILE_BYTES})")
             data = torch.empty(info.st_size, dtype=torch.uint8)
             with open(fd, "rb", closefd=False) as f:
                 size = f.readinto(memoryview(data.numpy())) if len(data) else 0
