@@ -259,3 +259,48 @@ def test_pack_names_packs_its_source_no_longer_has(frames_root, tmp_path, capsys
     assert "packed 0 videos" in out and "1 already up to date" in out and "skipped 1" in out
     assert f"its older pack {dst / 'class1' / 'video1.pack'} is still there" in err
     assert "1 pack(s) under" in err and str(dst / "class0" / "video2.pack") in err
+
+
+def test_read_pack_reads_only_the_wanted_frames_of_a_long_video(frames_root, tmp_path, monkeypatch):
+    """8 frames of a long video's pack were read as the whole span between the first and the last
+    (a film's pack read whole for one clip). Past twice the wanted bytes plus the slack each frame
+    is read alone; either way the frames are the frame files' bytes, in the order asked."""
+    import builtins
+
+    from gpuaug.data import clips
+
+    video = frames_root / "class0" / "video0"
+    paths = sorted(str(p) for p in video.iterdir())
+    clips.pack_frames(paths, tmp_path / "v.pack")
+    wanted = [0, 11, 5, 5, 3]
+    expected = [open(paths[i], "rb").read() for i in wanted]
+    read = []
+
+    class Counting:
+        def __init__(self, f):
+            self.f = f
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def read(self, n=-1):
+            out = self.f.read(n)
+            read.append(len(out))
+            return out
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    monkeypatch.setattr(clips, "open", lambda *a, **k: Counting(builtins.open(*a, **k)), raising=False)
+    for slack, one_read in ((1 << 30, True), (0, False)):
+        monkeypatch.setattr(clips, "_SPAN_SLACK", slack)
+        read.clear()
+        frames = clips.read_pack(str(tmp_path / "v.pack"), wanted)
+        assert [bytes(f.numpy()) for f in frames] == expected
+        header_and_index = clips._HEADER.size + 8 * (len(paths) + 1)
+        span = sum(len(open(p, "rb").read()) for p in paths)  # frames 0..11: the whole video
+        needed = sum(len(open(paths[i], "rb").read()) for i in set(wanted))
+        assert sum(read) == header_and_index + (span if one_read else needed)

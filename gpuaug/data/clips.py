@@ -6,8 +6,9 @@ Layout (UCF101 frames): ``root/<class>/<video>/<frame>.jpg`` for :class:`FrameFo
 ``(T, 3, H, W)``; a :class:`gpuaug.Pipeline` then gives the whole clip one draw.
 
 The pack format puts all of a video's JPEG bytes in ONE file behind an offset index, so reading a
-clip is one open and one sequential read instead of T small-file reads. Each read opens its own
-file handle, so any number of DataLoader workers can read at once (unlike one shared HDF5 file).
+clip is one open and one sequential read instead of T small-file reads (a read per frame where
+the frames between would be most of the span). Each read opens its own file handle, so any number
+of DataLoader workers can read at once (unlike one shared HDF5 file).
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ PACK_MAGIC = b"GPUAUGPK"
 PACK_VERSION = 1
 _HEADER = struct.Struct("<8sII")  # magic, version, frame count
 _FRAME_EXTENSIONS = (".jpg", ".jpeg")
+# read_pack reads the span from the first wanted frame to the last in one read while it is at most
+# twice the wanted frames' bytes plus this much; past that, each wanted frame alone.
+_SPAN_SLACK = 4 << 20
 
 
 def frame_indices(n_frames: int, frames: int) -> list[int]:
@@ -194,7 +198,9 @@ def _warn_of_orphans(dst: Path, expected: set[str]) -> None:
 
 
 def read_pack(path: str, indices: list[int]) -> list[torch.Tensor]:
-    """The encoded bytes of frames ``indices`` of a pack file, in one sequential read of their span."""
+    """The encoded bytes of frames ``indices`` of a pack file (uint8 1-D each, in the order asked):
+    one sequential read of their span, or, where the frames between them would be most of that
+    read (a long video), one read per wanted frame."""
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         head = f.read(_HEADER.size)
@@ -211,10 +217,18 @@ def read_pack(path: str, indices: list[int]) -> list[torch.Tensor]:
             raise DecodeError(path, f"corrupt pack index or truncated file (index ends at {offsets[-1]}, file has {size} bytes)")
         wanted = [min(i, n - 1) for i in indices]
         lo, hi = offsets[min(wanted)], offsets[max(wanted) + 1]
-        f.seek(lo)
-        span = f.read(hi - lo)
-    data = torch.frombuffer(bytearray(span), dtype=torch.uint8)
-    return [data[offsets[i] - lo : offsets[i + 1] - lo] for i in wanted]
+        needed = sum(offsets[i + 1] - offsets[i] for i in set(wanted))
+        if hi - lo <= 2 * needed + _SPAN_SLACK:
+            f.seek(lo)
+            data = torch.frombuffer(bytearray(f.read(hi - lo)), dtype=torch.uint8)
+            return [data[offsets[i] - lo : offsets[i + 1] - lo] for i in wanted]
+        # A long video: the frames between the wanted ones would be most of the read (a whole
+        # film's pack for 8 frames), so each wanted frame is read alone, in file order.
+        frames = {}
+        for i in sorted(set(wanted)):
+            f.seek(offsets[i])
+            frames[i] = torch.frombuffer(bytearray(f.read(offsets[i + 1] - offsets[i])), dtype=torch.uint8)
+    return [frames[i] for i in wanted]
 
 
 def pack_length(path: str) -> int:
