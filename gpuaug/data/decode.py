@@ -83,15 +83,17 @@ def decoded_by_torchvision(data: bytes) -> bool:
 
 
 def image_size(data: bytes) -> tuple[int, int] | None:
-    """``(height, width)`` read from the header without decoding (PNG and JPEG parsed here, any
-    other format from PIL's lazy open, which reads only the header); None if not found in ``data``
-    (the file, or its start)."""
+    """``(height, width)`` read from the header without decoding (PNG, JPEG and WEBP parsed here,
+    any other format from PIL's lazy open, which reads only the header); None if not found in
+    ``data`` (the file, or its start)."""
     if data[:8] == _PNG and len(data) >= 24:
         width, height = struct.unpack(">II", data[16:24])
         return height, width
     if data[:2] == _JPEG[:2]:
         frame = jpeg_frame(data)
         return None if frame is None else frame[1:]
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return webp_size(data)
     try:
         with _pil_quiet(), Image.open(io.BytesIO(data)) as im:
             return im.height, im.width
@@ -133,6 +135,30 @@ def jpeg_frame(data: bytes) -> tuple[int, int, int] | None:
             return marker, height, width
         i += max(struct.unpack(">H", data[i : i + 2])[0], 2)  # the length counts its own two bytes
     raise ValueError(f"more than {MAX_JPEG_MARKERS} markers before its frame header (real JPEGs have tens)")
+
+
+def webp_size(data: bytes) -> tuple[int, int] | None:
+    """A RIFF WEBP's ``(height, width)`` as libwebp's ``WebPGetFeatures`` (what torchvision's
+    decoder calls) reads it, or None where it finds none. PIL's open is stricter (libwebp's demuxer):
+    on damaged files libwebp still decodes, it failed, and the size went unchecked. With a VP8X
+    header the canvas (a still image decodes only where its bitstream matches it), else the first
+    chunk's bitstream: ``VP8 `` or ``VP8L``, or any other chunk read as a bare bitstream, as libwebp
+    reads it."""
+    if data[12:16] == b"VP8X":
+        if len(data) < 30:
+            return None
+        width, height = (int.from_bytes(data[i : i + 3], "little") + 1 for i in (24, 27))
+        return height, width
+    bits = data[20:] if data[12:16] in (b"VP8 ", b"VP8L") else data[12:]
+    if data[12:16] == b"VP8L" or (data[12:16] != b"VP8 " and len(bits) >= 5 and bits[0] == 0x2F and bits[4] >> 5 == 0):
+        if len(bits) < 5 or bits[0] != 0x2F:  # VP8L: 14 bits of width - 1, then 14 of height - 1
+            return None
+        packed = int.from_bytes(bits[1:5], "little")
+        return (packed >> 14 & 0x3FFF) + 1, (packed & 0x3FFF) + 1
+    if len(bits) < 10 or bits[3:6] != b"\x9d\x01\x2a":  # VP8: a key frame's start code, then 14-bit sizes
+        return None
+    width, height = (int.from_bytes(bits[i : i + 2], "little") & 0x3FFF for i in (6, 8))
+    return height, width
 
 
 def read_bytes(path: str) -> torch.Tensor:
