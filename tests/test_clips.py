@@ -304,3 +304,18 @@ def test_read_pack_reads_only_the_wanted_frames_of_a_long_video(frames_root, tmp
         span = sum(len(open(p, "rb").read()) for p in paths)  # frames 0..11: the whole video
         needed = sum(len(open(paths[i], "rb").read()) for i in set(wanted))
         assert sum(read) == header_and_index + (span if one_read else needed)
+
+
+def test_a_pack_folder_inside_the_frame_folders_is_not_read_as_videos(frames_root, tmp_path):
+    """`gpuaug pack data data/packed` worked once, then every rerun stopped: the packs' class
+    folders were listed as videos without frames. They are left out of the source; the same
+    folder for both works too (packs sit beside the video folders, each reader takes its own)."""
+    src = _aged_copy(frames_root, tmp_path / "src")
+    for _ in range(2):
+        assert main(["pack", str(src), str(src / "packed"), "--no-progress"]) == 0
+    assert ga.data.pack_folder(src, src / "packed", progress=False) == (0, 3, 0)
+    assert len(PackedClips(src / "packed")) == 3
+    same = _aged_copy(frames_root, tmp_path / "same")
+    assert ga.data.pack_folder(same, same, progress=False) == (3, 0, 0)
+    assert ga.data.pack_folder(same, same, progress=False) == (0, 3, 0)
+    assert len(PackedClips(same)) == 3 and len(FrameFolder(same)) == 3

@@ -162,6 +162,10 @@ def pack_folder(src, dst, progress: bool = True, on_error: str = "raise", force:
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error should be 'raise' or 'skip', got {on_error!r}")
     src_ds = FrameFolder(src, frames=1)
+    # DST inside SRC (``gpuaug pack data data/packed``): its class folders are not videos.
+    packs = Path(dst).resolve()
+    if packs != Path(src).resolve():
+        src_ds.videos = [(v, label) for v, label in src_ds.videos if not Path(v).resolve().is_relative_to(packs)]
     packed = up_to_date = skipped = 0
     for i in tqdm(range(len(src_ds)), desc="gpuaug pack", disable=not progress, unit="video"):
         video = Path(src_ds.videos[i][0])
