@@ -283,6 +283,19 @@ def test_png_of_every_color_type_and_depth_decodes_as_torchvision_io(tmp_path, p
     assert img.shape == expected.shape and torch.equal(img, expected)
 
 
+def test_png_with_a_chunk_before_its_header_decodes_as_pil_decodes_it(tmp_path, photos):
+    """The size check read a PNG's size at a fixed offset, where IHDR is when it comes first: a
+    PNG with another chunk first (PIL, so torchvision's ImageFolder, reads it) was refused with
+    the other chunk's bytes for a size."""
+    data = _png_flavours(photos[2])["rgb"]
+    text = b"Comment\x00" + b"\xff" * 16
+    chunk = struct.pack(">I", len(text)) + b"tEXt" + text + struct.pack(">I", zlib.crc32(b"tEXt" + text))
+    (tmp_path / "x.png").write_bytes(data[:8] + chunk + data[8:])
+    img, _ = ImageFiles([tmp_path / "x.png"])[0]
+    expected = np.asarray(Image.open(tmp_path / "x.png").convert("RGB"))
+    assert isinstance(img, torch.Tensor) and np.array_equal(img.permute(1, 2, 0).numpy(), expected)
+
+
 def test_sixteen_bit_gray_png_opened_as_mode_i_by_older_pillow_is_scaled(tmp_path, photos, monkeypatch):
     """Pillow before 10.x opens a 16-bit gray PNG as mode "I" (32-bit), not "I;16": its values are
     still 16-bit, scaled as torchvision.io's (not refused as a 32-bit image)."""

@@ -86,7 +86,7 @@ def image_size(data: bytes) -> tuple[int, int] | None:
     """``(height, width)`` read from the header without decoding (PNG, JPEG and WEBP parsed here,
     any other format from PIL's lazy open, which reads only the header); None if not found in
     ``data`` (the file, or its start)."""
-    if data[:8] == _PNG and len(data) >= 24:
+    if data[:8] == _PNG and data[12:16] == b"IHDR" and len(data) >= 24:  # else PIL finds it, as it decodes it
         width, height = struct.unpack(">II", data[16:24])
         return height, width
     if data[:2] == _JPEG[:2]:
