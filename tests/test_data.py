@@ -819,6 +819,53 @@ def test_gpu_decode_of_a_corrupt_jpeg_names_the_path(tmp_path, photos):
         assert sum(len(y) for _, y in batches) == 2
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device"))])
+def test_gpu_decode_matches_libjpeg_and_names_each_bad_jpeg(tmp_path, photos, device):
+    """decode="gpu" on every kind of JPEG (4:2:0, 4:4:4, progressive, gray, CMYK, EXIF-rotated,
+    restart markers) gives libjpeg's image within nvJPEG's rounding; damaged and hostile JPEGs are
+    refused in the worker or at the device and named, the good ones of their batch still arrive,
+    and the device works on after them. On a machine without CUDA the bytes decode on the CPU."""
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    good = {"420.jpg": _encoded(photos[0][:, :120, :160], "JPEG", quality=90),
+            "444.jpg": _encoded(photos[1][:, :96, :130], "JPEG", quality=90, subsampling=0),
+            "progressive.jpg": _encoded(photos[2][:, :100, :90], "JPEG", quality=85, progressive=True),
+            "gray.jpg": _encoded(photos[3][:1, :80, :64].expand(3, -1, -1), "JPEG", quality=90),
+            "restarts.jpg": _encoded(photos[0][:, 100:180, 50:170], "JPEG", quality=90, restart_marker_blocks=2)}
+    cmyk = io.BytesIO()
+    Image.fromarray(_rgb(photos[1])[:64, :72]).convert("CMYK").save(cmyk, "JPEG", quality=95)
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    good.update({"cmyk.jpg": cmyk.getvalue(), "exif_rotated.jpg": _encoded(photos[2][:, :50, :70], "JPEG", exif=exif)})
+    for name, data in good.items():
+        (tmp_path / name).write_bytes(data)
+    (tmp_path / "bad").mkdir()
+    _bad_files(tmp_path / "bad", photos)
+    data = (tmp_path / "bad" / "good.jpg").read_bytes()
+    (tmp_path / "bad" / "garbled.jpg").write_bytes(data[:600] + bytes(range(256)) * ((len(data) - 600) // 256))
+    bad = ["truncated.jpg", "huge.jpg", "huge_late_header.jpg", "many_scans.jpg", "huge_after_stuffed_zero.jpg",
+           "many_markers.jpg", "garbled.jpg"]
+    paths = [tmp_path / n for n in good] + [tmp_path / "bad" / n for n in bad]
+    ds = ImageFiles(paths, labels=list(range(len(paths))), decode="gpu", on_error="skip")
+    loader = ga.DeviceLoader(DataLoader(ds, batch_size=len(paths), collate_fn=collate), device=device)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        (images, labels), = list(loader)
+    arrived = dict(zip(labels.tolist(), images))
+    refused = set(loader.stats.skipped_paths)
+    for i, name in enumerate(good):
+        expected = decode_jpeg(torch.frombuffer(bytearray(good[name]), dtype=torch.uint8), mode=ImageReadMode.RGB,
+                               apply_exif_orientation=True)
+        assert i in arrived, f"{name} did not arrive"
+        assert arrived[i].device.type == device and arrived[i].shape == expected.shape, name
+        assert (arrived[i].cpu().float() - expected.float()).abs().mean() < 3, name  # nvJPEG's rounding
+    for n in bad[:-1]:
+        assert str(tmp_path / "bad" / n) in refused, f"{n} was not refused"
+    assert refused <= {str(tmp_path / "bad" / n) for n in bad}
+    assert torch.ones(4, device=device).sum().item() == 4  # the device still works
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="on_error"):
         ImageFiles([], on_error="ignore")
