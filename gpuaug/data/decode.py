@@ -144,16 +144,18 @@ def webp_size(data: bytes) -> tuple[int, int] | None:
     header the canvas (a still image decodes only where its bitstream matches it), else the first
     chunk's bitstream: ``VP8 `` or ``VP8L``, or any other chunk read as a bare bitstream, as libwebp
     reads it."""
-    if data[12:16] == b"VP8X":
+    chunk = data[12:16]
+    if chunk == b"VP8X":  # 24-bit width - 1 and height - 1 after its size and flags
         if len(data) < 30:
             return None
         width, height = (int.from_bytes(data[i : i + 3], "little") + 1 for i in (24, 27))
         return height, width
-    bits = data[20:] if data[12:16] in (b"VP8 ", b"VP8L") else data[12:]
-    if data[12:16] == b"VP8L" or (data[12:16] != b"VP8 " and len(bits) >= 5 and bits[0] == 0x2F and bits[4] >> 5 == 0):
-        if len(bits) < 5 or bits[0] != 0x2F:  # VP8L: 14 bits of width - 1, then 14 of height - 1
+    bits = data[20:] if chunk in (b"VP8 ", b"VP8L") else data[12:]
+    # A bare bitstream is lossless where it has VP8L's signature byte and version 0 (VP8LCheckSignature).
+    if chunk == b"VP8L" or (chunk != b"VP8 " and len(bits) >= 5 and bits[0] == 0x2F and bits[4] >> 5 == 0):
+        if len(bits) < 5 or bits[0] != 0x2F:
             return None
-        packed = int.from_bytes(bits[1:5], "little")
+        packed = int.from_bytes(bits[1:5], "little")  # 14 bits of width - 1, then 14 of height - 1
         return (packed >> 14 & 0x3FFF) + 1, (packed & 0x3FFF) + 1
     if len(bits) < 10 or bits[3:6] != b"\x9d\x01\x2a":  # VP8: a key frame's start code, then 14-bit sizes
         return None
