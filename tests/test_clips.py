@@ -172,16 +172,13 @@ def test_pack_stops_at_a_video_without_frames_or_leaves_it_out(frames_root, tmp_
 
 
 def _aged_copy(frames_root, dst):
-    """A copy of the frame folders whose files and folders were last written an hour ago (so a
-    pack written now is newer than them whatever the clock's tick)."""
-    import os
+    """A copy of the frame folders, then a pause past the file system's clock tick (its change
+    times cannot be set back), so that a pack written now is newer than every frame."""
     import shutil
     import time
 
     shutil.copytree(frames_root, dst)
-    hour_ago = time.time() - 3600
-    for p in sorted(dst.rglob("*"), reverse=True):  # files before their folders
-        os.utime(p, (hour_ago, hour_ago))
+    time.sleep(0.05)
     return dst
 
 
@@ -202,7 +199,12 @@ def test_pack_reruns_only_what_changed_and_force_rewrites_all(frames_root, tmp_p
     assert "packed 0 videos" in capsys.readouterr().out and _pack_times(dst) == first
     assert ga.data.pack_folder(src, dst, progress=False) == (0, 3, 0)
 
-    os.utime(src / "class0" / "video0" / "frame_0003.jpg")  # rewritten now
+    frame = src / "class0" / "video0" / "frame_0007.jpg"  # rewritten in place, its old time kept (cp -p)
+    old_time = frame.stat().st_mtime
+    frame.write_bytes((src / "class0" / "video0" / "frame_0008.jpg").read_bytes())
+    os.utime(frame, (old_time, old_time))
+    frames = sorted(str(p) for p in (src / "class0" / "video0").iterdir())
+    assert not ga.data.clips.pack_is_current(dst / "class0" / "video0.pack", src / "class0" / "video0", frames)
     (src / "class1" / "video1" / "frame_0005.jpg").write_bytes((src / "class1" / "video1" / "frame_0004.jpg").read_bytes())
     (dst / "class0" / "video2.pack").unlink()
     time.sleep(0.01)  # past the clock tick of the writes above

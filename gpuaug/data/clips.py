@@ -140,11 +140,12 @@ class PackCounts(NamedTuple):
 def pack_is_current(pack, video, frame_paths) -> bool:
     """Whether ``pack`` holds ``video``'s frames as they are now: it exists, holds as many frames,
     and was written after the video folder last changed (frames added, removed or renamed) and
-    after each frame file was last written. Timestamps are compared strictly (a pack written in the
-    same clock tick as a frame is repacked)."""
+    after each frame file last changed. A file's change time counts, not only its modification
+    time, which ``cp -p`` or ``touch -d`` can set to the past. Timestamps are compared strictly (a
+    pack written in the same clock tick as a frame is repacked)."""
     try:
         written = os.stat(pack).st_mtime_ns
-        newest = max(os.stat(p).st_mtime_ns for p in [video, *frame_paths])
+        newest = max(max(st.st_mtime_ns, st.st_ctime_ns) for st in map(os.stat, [video, *frame_paths]))
         return written > newest and pack_length(str(pack)) == len(frame_paths)
     except (OSError, DecodeError):
         return False
