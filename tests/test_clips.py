@@ -188,7 +188,8 @@ def _pack_times(root):
 
 def test_pack_reruns_only_what_changed_and_force_rewrites_all(frames_root, tmp_path, capsys):
     """A rerun leaves packs newer than their frames as they are (an interrupted pack resumes), and
-    repacks a video whose frame was rewritten, or that gained a frame, or whose pack is gone."""
+    repacks a video whose frame was rewritten (even with its old modification time kept, as
+    `cp -p` does), or that gained a frame, or whose pack is gone."""
     import os
     import time
 
