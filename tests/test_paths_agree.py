@@ -57,3 +57,25 @@ def test_every_kernel_path_gives_the_same_output(case, interpreted_gpu_kernels, 
             assert (err > tol).float().mean() <= 2e-3, (path, (err > tol).float().mean().item(), ops)
         else:
             assert err.max() <= tol, (path, err.max().item(), ops)
+
+
+def test_torch_compile_of_the_cuda_code_path_matches_eager(photos, monkeypatch):
+    """The code CUDA runs (``OWN_PATH`` off), under ``torch.compile`` on the CPU: replayed params
+    give eager's output, and drawing inside the compiled call (its draws are graph breaks) gives
+    what an eager pipeline of the same seed gives. tests/test_cuda.py checks the same on a GPU;
+    this keeps the traced code working in CI."""
+    monkeypatch.setattr(ga.cpu, "OWN_PATH", False)
+    torch._dynamo.reset()
+    batch = torch.stack([torch.nn.functional.interpolate(p[None].float(), size=(120, 160))[0] for p in photos])
+    batch = batch.to(torch.uint8)
+
+    def pipeline(seed):
+        return ga.Pipeline(ga.RandomResizedCrop(64), ga.RandomHorizontalFlip(), ga.RandomRotation(15),
+                           ga.ColorJitter(0.4, 0.4, 0.4, 0.1), ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD),
+                           device="cpu", seed=seed)
+
+    eager = pipeline(2)
+    expected, params = eager(batch, return_params=True)
+    compiled = torch.compile(eager)
+    assert (compiled(batch, params=params) - expected).abs().max() < 1e-4
+    assert (torch.compile(pipeline(5))(batch) - pipeline(5)(batch)).abs().max() < 1e-4
