@@ -303,8 +303,10 @@ class Pipeline(nn.Module):
         out = self._finish(out, n, frames if is_clip else 0)
         return (out, params) if return_params else out
 
-    @torch.compiler.disable  # one graph break for all draws: dynamo cannot trace a Generator argument,
-    def _draw(self, n: int, sizes: Sizes, frames: int, meta: bool = False) -> list[Params]:  # each was one
+    # Under torch.compile: one graph break for all the draws (dynamo cannot trace a Generator
+    # argument, so each op's draw was a break of its own).
+    @torch.compiler.disable
+    def _draw(self, n: int, sizes: Sizes, frames: int, meta: bool = False) -> list[Params]:
         """Every op's params for ``n`` draws (images, or clips), from the pipeline's generator;
         ``meta``: their shapes and dtypes only, on the meta device, drawing nothing."""
         gen, device = (None, torch.device("meta")) if meta else (self._get_generator(), self.device)
