@@ -100,7 +100,9 @@ def check_image_tensor(x: Tensor, what: str) -> None:
     if x.device.type == "meta":
         raise ValueError(f"expected {what} with data, got a tensor on the meta device (shape {tuple(x.shape)})")
     if x.dtype != torch.uint8 and not x.is_floating_point():
-        raise TypeError(f"expected uint8 or float {what}, got {x.dtype}")
+        hint = (" (16-bit images: torchvision's v2.functional.to_dtype(x, torch.uint8, scale=True), or "
+                "to_dtype(x, torch.float32, scale=True) to keep their precision)") if x.dtype == torch.uint16 else ""
+        raise TypeError(f"expected uint8 or float {what}, got {x.dtype}{hint}")
     if x.shape[0] == 0:
         raise ValueError(f"expected a non-empty batch of {what}, got shape {tuple(x.shape)}")
     if x.shape[1] not in (1, 3):
