@@ -213,6 +213,13 @@ def test_pack_reruns_only_what_changed_and_force_rewrites_all(frames_root, tmp_p
     assert ga.data.pack_folder(src, dst, progress=False) == (0, 3, 0)
     assert len(PackedClips(dst, frames=1)) == 3 and ga.data.clips.pack_length(str(dst / "class1" / "video1.pack")) == 6
 
+    pack = dst / "class0" / "video2.pack"  # a pack of another format version is not current
+    data = bytearray(pack.read_bytes())
+    data[8:12] = (ga.data.clips.PACK_VERSION + 1).to_bytes(4, "little")
+    pack.write_bytes(bytes(data))
+    time.sleep(0.01)
+    assert ga.data.pack_folder(src, dst, progress=False) == (1, 2, 0)
+
     before = _pack_times(dst)
     time.sleep(0.01)
     assert main(["pack", str(src), str(dst), "--no-progress", "--force"]) == 0

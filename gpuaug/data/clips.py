@@ -242,7 +242,9 @@ def pack_length(path: str) -> int:
         head = f.read(_HEADER.size)
     if len(head) < _HEADER.size or head[:8] != PACK_MAGIC:
         raise DecodeError(path, "not a gpuaug pack file")
-    n = _HEADER.unpack(head)[2]
+    _, version, n = _HEADER.unpack(head)
+    if version != PACK_VERSION:  # what read_pack refuses: gpuaug pack rewrites it
+        raise DecodeError(path, f"pack format version {version}, this gpuaug reads {PACK_VERSION} (gpuaug pack writes it anew)")
     if n == 0:  # pack_frames never writes one
         raise DecodeError(path, "corrupt pack file (0 frames announced)")
     return n
