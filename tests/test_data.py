@@ -283,6 +283,24 @@ def test_png_of_every_color_type_and_depth_decodes_as_torchvision_io(tmp_path, p
     assert img.shape == expected.shape and torch.equal(img, expected)
 
 
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG", "TIFF", "WEBP lossy", "WEBP lossless"])
+@pytest.mark.parametrize("orientation", [3, 6, 8])
+def test_exif_orientation_is_applied_in_every_format(tmp_path, photos, fmt, orientation):
+    """EXIF-rotated photos come out upright whatever their format: torchvision.io ignores a WEBP's
+    EXIF orientation (it applies a JPEG's and a PNG's), so a WEBP with EXIF goes to PIL, whose
+    ``exif_transpose`` is the reference here."""
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    args = {"WEBP lossy": {"quality": 90}, "WEBP lossless": {"lossless": True}}.get(fmt, {})
+    data = _encoded(photos[2][:, :48, :80], fmt.split()[0], exif=exif, **args)
+    (tmp_path / "x.img").write_bytes(data)
+    img, _ = ImageFiles([tmp_path / "x.img"])[0]
+    expected = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert("RGB"))
+    assert isinstance(img, torch.Tensor) and img.shape == (3, *expected.shape[:2])
+    tolerance = 2 if fmt == "JPEG" else 0  # libjpeg-turbo (torchvision) and PIL's libjpeg may round apart
+    assert np.abs(img.permute(1, 2, 0).numpy().astype(int) - expected).max() <= tolerance
+
+
 def test_png_with_a_chunk_before_its_header_decodes_as_pil_decodes_it(tmp_path, photos):
     """The size check read a PNG's size at a fixed offset, where IHDR is when it comes first: a
     PNG with another chunk first (PIL, so torchvision's ImageFolder, reads it) was refused with

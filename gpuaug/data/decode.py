@@ -1,15 +1,16 @@
 """Reading and decoding one image file to uint8 ``(3, H, W)``, with errors that name the file.
 
-JPEG and still WEBP are decoded by ``torchvision.io``; PNG, GIF, animated WEBP and every other
-format PIL reads (BMP, PPM/PGM, TIFF, AVIF, ...: what torchvision's own PIL-based ImageFolder opens)
-by PIL, which ships with torchvision. On valid files the pixels are the same either way (tested on
-every PNG color type and bit depth, and on GIFs with transparency, interlacing, local color tables
-and frames smaller than their screen), but torchvision's decoders (0.29) fail on damaged ones where
-PIL raises or decodes them the same way every time: its PNG decoder kills the process (SIGSEGV) on
-a single flipped bit in the image data, and its GIF decoder returns uninitialised memory for some
-damaged GIFs (different pixels on each call). PIL also decodes only a GIF's first frame, where
-torchvision's decodes every frame at the size of the screen (70,000 one-pixel frames, 1 MB of file,
-on a 4000x4000 screen would ask for 3 TB).
+JPEG and still WEBP are decoded by ``torchvision.io``; PNG, GIF, animated WEBP, WEBP with EXIF
+metadata (torchvision.io ignores its orientation) and every other format PIL reads (BMP, PPM/PGM,
+TIFF, AVIF, ...: what torchvision's own PIL-based ImageFolder opens) by PIL, which ships with
+torchvision. On valid files the pixels are the same either way (tested on every PNG color type and
+bit depth, on GIFs with transparency, interlacing, local color tables and frames smaller than
+their screen, and on lossy, lossless and RGBA WEBPs), but torchvision's decoders (0.29) fail on
+damaged ones where PIL raises or decodes them the same way every time: its PNG decoder kills the
+process (SIGSEGV) on a single flipped bit in the image data, and its GIF decoder returns
+uninitialised memory for some damaged GIFs (different pixels on each call). PIL also decodes only
+a GIF's first frame, where torchvision's decodes every frame at the size of the screen (70,000
+one-pixel frames, 1 MB of file, on a 4000x4000 screen would ask for 3 TB).
 """
 
 from __future__ import annotations
@@ -77,9 +78,9 @@ def is_jpeg(data: torch.Tensor) -> bool:
 
 
 def decoded_by_torchvision(data: bytes) -> bool:
-    """Whether this file is decoded by ``torchvision.io`` (JPEG, a still WEBP), by its first 21
-    bytes; the rest go to PIL (see the module's docstring)."""
-    return data[:3] == _JPEG or (data[:4] == b"RIFF" and data[8:12] == b"WEBP" and not _animated_webp(data))
+    """Whether this file is decoded by ``torchvision.io`` (JPEG, a still WEBP without EXIF), by its
+    first 21 bytes; the rest go to PIL (see the module's docstring)."""
+    return data[:3] == _JPEG or (data[:4] == b"RIFF" and data[8:12] == b"WEBP" and not _webp_for_pil(data))
 
 
 def image_size(data: bytes) -> tuple[int, int] | None:
@@ -261,16 +262,18 @@ def _codec_message(e: Exception) -> str:
     return _CODEC_SOURCE.sub(r"\1: ", line)[:200]
 
 
-def _animated_webp(magic: bytes) -> bool:
-    """Whether a file's first 21 bytes are an animated WEBP's (its VP8X header's animation flag):
-    torchvision.io refuses those, PIL gives their first frame."""
-    return magic[:4] == b"RIFF" and magic[8:16] == b"WEBPVP8X" and len(magic) > 20 and bool(magic[20] & 0x02)
+def _webp_for_pil(magic: bytes) -> bool:
+    """Whether a file's first 21 bytes are those of a WEBP that PIL decodes: its VP8X header flags
+    an animation (torchvision.io refuses those; PIL gives their first frame) or EXIF metadata
+    (torchvision.io ignores a WEBP's EXIF orientation; PIL's ``exif_transpose`` applies it, as
+    torchvision.io does for JPEG and PNG). PIL's pixels are torchvision's otherwise."""
+    return magic[:4] == b"RIFF" and magic[8:16] == b"WEBPVP8X" and len(magic) > 20 and bool(magic[20] & 0x0A)
 
 
 def _decode_with_pil(path: str, data: torch.Tensor) -> torch.Tensor:
-    """PNG, GIF (its first frame), animated WEBP and the formats torchvision.io does not read,
-    through PIL, to what :func:`decode_rgb` gives. PIL refuses more than :data:`MAX_PIXELS` pixels
-    itself (twice its warning limit), wherever the header lies."""
+    """PNG, GIF (its first frame), animated WEBP, WEBP with EXIF and the formats torchvision.io
+    does not read, through PIL, to what :func:`decode_rgb` gives. PIL refuses more than
+    :data:`MAX_PIXELS` pixels itself (twice its warning limit), wherever the header lies."""
     try:
         with _pil_quiet(), Image.open(io.BytesIO(data.numpy().tobytes())) as im:
             png = im.format == "PNG"
