@@ -130,7 +130,10 @@ def adjust_hue(x: Tensor, factor: float | Tensor) -> Tensor:
     top, bottom = maxc + chroma, minc - chroma
     for channel, base, center, sign in ((0, bottom, 3.0, 1), (1, top, 2.0, -1), (2, top, 4.0, -1)):
         ramp = torch.sub(h6, center).abs_().clamp_(1.0, 2.0)  # 1 + clamp(|h - center| - 1, 0, 1)
-        torch.addcmul(base, chroma, ramp, value=sign, out=out[:, channel])
+        if torch.compiler.is_compiling():  # dynamo cannot trace out= into a view: it would run all of this eagerly
+            out[:, channel] = torch.addcmul(base, chroma, ramp, value=sign)
+        else:
+            torch.addcmul(base, chroma, ramp, value=sign, out=out[:, channel])
     return out.to(x.dtype)
 
 

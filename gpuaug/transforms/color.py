@@ -265,6 +265,8 @@ class Normalize(ColorOp):
         """``1 / std`` (float64 division, float32 result) on ``std``'s device, computed once and
         again only when ``std`` changes (moved, loaded from a state dict, edited in place)."""
         std = self.std
+        if torch.compiler.is_compiling():  # traced: computed in the graph (reading _version would break it)
+            return (1.0 / std.double()).float()
         cached = self._inv_std
         if cached is None or cached[0] is not std or cached[1] != std._version:
             cached = self._inv_std = (std, std._version, (1.0 / std.double()).float())
