@@ -195,11 +195,11 @@ def test_a_damaged_gif_decodes_the_same_every_time_or_not_at_all(photos):
     pixels on each call. GIFs are decoded by PIL, which raises or gives the same pixels each time.
     1500 damaged GIFs (bytes inserted, changed or dropped), seeded, each decoded three times with
     the allocator's memory dirtied in between."""
+    from gpuaug.data.decode import decode_rgb
+
     rng = random.Random(0)
     bases = [_gif([_rgb(photos[2])[:16, :20], _rgb(photos[3])[:16, :20]]), _gif([_rgb(photos[1])[:9, :7]] * 3),
              _gif([_rgb(photos[0])[:12, :12]], comment=b"hello")]
-    from gpuaug.data.decode import decode_rgb
-
     tokens = [b"\x21\xfe\x01x\x00", b"\x00", b"\x21\xf9\x04\x00\x00\x00\x00\x00", b"\x2c", b"\x3b", b"\x21", b"\xff"]
     decoded = 0
     for case in range(1500):
