@@ -837,6 +837,13 @@ def test_gpu_decode_of_a_corrupt_jpeg_names_the_path(tmp_path, photos):
         assert sum(len(y) for _, y in batches) == 2
 
 
+def _encoded_gray(photo: torch.Tensor) -> bytes:
+    """A one-component (grayscale) JPEG of ``photo``."""
+    buffer = io.BytesIO()
+    Image.fromarray(_rgb(photo)).convert("L").save(buffer, "JPEG", quality=90)
+    return buffer.getvalue()
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA device"))])
 def test_gpu_decode_matches_libjpeg_and_names_each_bad_jpeg(tmp_path, photos, device):
@@ -849,7 +856,7 @@ def test_gpu_decode_matches_libjpeg_and_names_each_bad_jpeg(tmp_path, photos, de
     good = {"420.jpg": _encoded(photos[0][:, :120, :160], "JPEG", quality=90),
             "444.jpg": _encoded(photos[1][:, :96, :130], "JPEG", quality=90, subsampling=0),
             "progressive.jpg": _encoded(photos[2][:, :100, :90], "JPEG", quality=85, progressive=True),
-            "gray.jpg": _encoded(photos[3][:1, :80, :64].expand(3, -1, -1), "JPEG", quality=90),
+            "gray.jpg": _encoded_gray(photos[3][:, :80, :64]),
             "restarts.jpg": _encoded(photos[0][:, 100:180, 50:170], "JPEG", quality=90, restart_marker_blocks=2)}
     cmyk = io.BytesIO()
     Image.fromarray(_rgb(photos[1])[:64, :72]).convert("CMYK").save(cmyk, "JPEG", quality=95)
