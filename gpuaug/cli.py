@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         from . import bench_loader
 
         if args.num_workers < 0 or args.files < 1 or args.step_ms < 0:
-            parser.error("--num-workers, --files and --step-ms must not be negative")
+            parser.error(f"--files must be positive, --num-workers and --step-ms not negative; got --files "
+                         f"{args.files}, --num-workers {args.num_workers}, --step-ms {args.step_ms}")
         files = 48 if args.quick else args.files
         device = args.device[0] if args.device else None
         try:
@@ -82,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         from . import bench as b
 
         if args.repeats < 1 or any(s < 1 for s in args.batch_sizes):
-            parser.error("--repeats and --batch-sizes must be positive")
+            parser.error(f"--repeats and --batch-sizes must be positive, got --repeats {args.repeats}, "
+                         f"--batch-sizes {' '.join(map(str, args.batch_sizes))}")
         batch_sizes, repeats = ([16], 2) if args.quick else (args.batch_sizes, args.repeats)
 
         def on_row(rows):  # partial results survive a run cut short
@@ -108,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         from . import profile
 
         if args.max_files < 1 or args.batch_size < 1 or args.step_ms < 0:
-            parser.error("--max-files and --batch-size must be positive, --step-ms not negative")
+            parser.error(f"--max-files and --batch-size must be positive, --step-ms not negative; got --max-files "
+                         f"{args.max_files}, --batch-size {args.batch_size}, --step-ms {args.step_ms}")
         try:
             report = profile.run(args.dir, args.max_files, args.step_ms, args.device, args.batch_size,
                                  progress=not args.no_progress)

@@ -47,9 +47,21 @@ def test_bench_on_a_missing_gpu_says_so(capsys):
     assert "CUDA is not available" in capsys.readouterr().err
 
 
-def test_bench_rejects_bad_arguments():
-    with pytest.raises(SystemExit):
-        main(["bench", "--repeats", "0"])
+@pytest.mark.parametrize("args, words", [
+    (["bench", "--repeats", "0"], "got --repeats 0"),
+    (["bench", "--batch-sizes", "64", "0"], "--batch-sizes 64 0"),
+    (["bench", "--loader", "--files", "0"], "--files must be positive"),  # was "must not be negative"
+    (["bench", "--loader", "--num-workers", "-1"], "--num-workers -1"),
+    (["profile", ".", "--max-files", "0"], "got --max-files 0"),
+    (["profile", ".", "--step-ms", "-1"], "--step-ms -1.0"),
+])
+def test_bench_rejects_bad_arguments_naming_what_came(args, words, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    assert e.value.code == 2 and words in capsys.readouterr().err
+
+
+def test_an_unknown_command_is_refused():
     with pytest.raises(SystemExit):
         main(["frobnicate"])
 
