@@ -135,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
             hint = " (--on-error skip packs the others)" if isinstance(e, DecodeError) else ""
             print(f"gpuaug pack: {e}{hint}", file=sys.stderr)
             return 2
+        except OSError as e:  # writing DST: not a directory, no space left, no permission
+            print(f"gpuaug pack: cannot write under {args.dst} ({e}); the packs written before stay", file=sys.stderr)
+            return 2
         for w in caught:  # its own warnings (skipped videos, orphaned packs) as plain lines
             if str(w.message).startswith("gpuaug pack:"):
                 print(w.message, file=sys.stderr)

@@ -149,6 +149,14 @@ def test_pack_command_reports_bad_source(tmp_path, capsys):
     assert "missing" in capsys.readouterr().err
 
 
+def test_pack_command_reports_a_destination_it_cannot_write(frames_root, tmp_path, capsys):
+    """DST is a file: a traceback (NotADirectoryError from mkdir) before; now one line and exit 2."""
+    (tmp_path / "a_file").write_text("")
+    assert main(["pack", str(frames_root), str(tmp_path / "a_file"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gpuaug pack: cannot write under {tmp_path / 'a_file'}") and "Not a directory" in err
+
+
 def test_pack_stops_at_a_video_without_frames_or_leaves_it_out(frames_root, tmp_path, capsys):
     """A frame folder without JPEGs: `gpuaug pack` stops and names it (and the flag that would go
     on), or with --on-error skip packs the others and names it; the API warns."""
