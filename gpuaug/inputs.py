@@ -48,7 +48,8 @@ def inspect_images(images) -> tuple[list[Tensor] | Tensor, Sizes, int, bool]:
             return items, sizes, frames, True
         for i, t in enumerate(images):
             if not isinstance(t, Tensor):
-                raise TypeError(f"expected a list of (C, H, W) tensors, item {i} is {type(t).__name__}")
+                raise TypeError(f"expected a list of (C, H, W) tensors, item {i} is {type(t).__name__}"
+                                f"{_convert_hint(t, '2, 0, 1')}")
             if t.dim() != 3:
                 raise ValueError(f"expected a list of (C, H, W) tensors, item {i} has shape {tuple(t.shape)}")
             if i == 0:
@@ -62,7 +63,8 @@ def inspect_images(images) -> tuple[list[Tensor] | Tensor, Sizes, int, bool]:
                                  f"{tuple(t.shape)}")
         return list(images), Sizes(per_image=[tuple(t.shape[-2:]) for t in images]), 1, False
     if not isinstance(images, Tensor):
-        raise TypeError(f"expected a uint8/float tensor or a list of tensors, got {type(images).__name__}")
+        raise TypeError(f"expected a uint8/float tensor or a list of tensors, got {type(images).__name__}"
+                        f"{_convert_hint(images, '0, 3, 1, 2')}")
     if images.dim() == 5:
         if images.shape[1] == 0:
             raise ValueError(f"expected clips with at least one frame, got shape {tuple(images.shape)}")
@@ -94,6 +96,18 @@ def checked_seed(seed) -> int:
     if isinstance(seed, bool) or not isinstance(seed, (int, Integral)):
         raise TypeError(f"seed should be an int (or None), got {type(seed).__name__}: {seed!r}")
     return int(seed)
+
+
+def _convert_hint(value, dims: str) -> str:
+    """How to make a tensor of what came, for the two usual cases (a numpy array, a PIL image);
+    ``dims``: the permutation that puts last channels first (``"0, 3, 1, 2"`` for a batch)."""
+    kind = type(value).__module__.split(".")[0]
+    if kind == "numpy":
+        return f" (a numpy array: torch.from_numpy(a), then .permute({dims}) if channels are last)"
+    if kind == "PIL":
+        return (" (PIL images: torchvision.transforms.v2.functional.pil_to_tensor, or read the files with "
+                "gpuaug.data.ImageFolder, which decodes to tensors)")
+    return ""
 
 
 def check_image_tensor(x: Tensor, what: str) -> None:

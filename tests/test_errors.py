@@ -2,9 +2,11 @@
 
 import os
 
+import numpy as np
 import pytest
 import torch
 import torchvision.transforms.v2 as v2
+from PIL import Image
 
 import gpuaug as ga
 from conftest import to_float
@@ -28,6 +30,9 @@ def pipe(*ops):
         (torch.zeros(2, 0, 3, 8, 8, dtype=torch.uint8), ValueError, "at least one frame"),
         ([], ValueError, "non-empty"),
         ([torch.zeros(3, 8, 8, dtype=torch.uint8), "x.jpg"], TypeError, "item 1 is str"),
+        (np.zeros((2, 8, 8, 3), np.uint8), TypeError, "got ndarray (a numpy array: torch.from_numpy(a), then .permute(0, 3, 1, 2)"),
+        ([np.zeros((8, 8, 3), np.uint8)], TypeError, "item 0 is ndarray (a numpy array: torch.from_numpy(a), then .permute(2, 0, 1)"),
+        (Image.new("RGB", (8, 8)), TypeError, "got Image (PIL images: torchvision.transforms.v2.functional.pil_to_tensor"),
         ([torch.zeros(8, 8, dtype=torch.uint8)], ValueError, "item 0 has shape"),
         ([torch.zeros(2, 3, 8, 8, dtype=torch.uint8), torch.zeros(3, 3, 8, 8, dtype=torch.uint8)], ValueError,
          "one (non-zero) frame count"),
