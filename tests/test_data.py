@@ -837,6 +837,48 @@ def test_gpu_decode_of_a_corrupt_jpeg_names_the_path(tmp_path, photos):
         assert sum(len(y) for _, y in batches) == 2
 
 
+def test_one_damaged_jpeg_does_not_send_its_whole_batch_to_the_cpu(tmp_path, photos, monkeypatch):
+    """decode="gpu": a damaged file fails the device's batched decode; the batch then decodes file
+    by file on the device, and only what the device refuses goes to libjpeg on the CPU (which may
+    read it, or names it as bad). Before, one such file sent every image of its batch through the
+    main process's CPU decoder. A stand-in for the CUDA decoder, which refuses the damaged files."""
+    from types import SimpleNamespace
+
+    import gpuaug.data.loader as loader_module
+    from gpuaug.data.decode import decode_rgb
+
+    good = [_encoded(p[:, :64, :80], "JPEG", quality=90) for p in photos]
+    truncated = good[0][: len(good[0]) // 3]  # refused by libjpeg too
+    ds = ImageFiles([tmp_path / f"{i}.jpg" for i in range(6)], decode="gpu", on_error="skip")
+    for i, data in enumerate(good[:2] + [truncated] + good[2:] + [good[1]]):
+        (tmp_path / f"{i}.jpg").write_bytes(data)
+    device_calls = []
+
+    def stand_in(data, mode, device, apply_exif_orientation):
+        device_calls.append(len(data) if isinstance(data, list) else 1)
+        if isinstance(data, list) or bytes(data[-2:].numpy()) != b"\xff\xd9":
+            raise RuntimeError("nvjpeg: the stand-in refuses a batch with a damaged file, and that file")
+        return decode_rgb("device", data)
+
+    monkeypatch.setattr(loader_module, "decode_jpeg", stand_in)
+    loader = ga.DeviceLoader([], device="cpu", on_error="skip")
+    loader.device = SimpleNamespace(type="cuda")
+    monkeypatch.setattr(loader, "_copy", lambda t: t)
+    cpu_calls = []
+    monkeypatch.setattr(loader_module, "decode_rgb", lambda path, data: cpu_calls.append(path) or decode_rgb(path, data))
+    items = [(i, ds[i][0]) for i in range(6)]
+    assert all(isinstance(x, Encoded) for _, x in items)  # the workers' part: bytes, checked
+    with pytest.warns(RuntimeWarning, match="2.jpg"):
+        decoded = loader._decode(items)
+    assert [i for i, _ in decoded] == [0, 1, 3, 4, 5]
+    for i, img in decoded:
+        assert torch.equal(img, decode_rgb("x", torch.frombuffer(bytearray((tmp_path / f"{i}.jpg").read_bytes()),
+                                                                 dtype=torch.uint8)))
+    assert device_calls == [6, 1, 1, 1, 1, 1, 1]  # the batch, then each file once on the device
+    assert cpu_calls == [str(tmp_path / "2.jpg")]  # only the file the device refused
+    assert loader.stats.skipped == 1
+
+
 def _encoded_gray(photo: torch.Tensor) -> bytes:
     """A one-component (grayscale) JPEG of ``photo``."""
     buffer = io.BytesIO()

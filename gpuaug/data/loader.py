@@ -205,23 +205,38 @@ class DeviceLoader:
         return move(t, self.device)
 
     def _decode(self, encoded):
-        """Decode JPEG bytes on the device, all at once; a file that fails alone is a bad file."""
-        datas = [e.data for _, e in encoded]
-        try:
-            if self.device.type == "cuda":
+        """Decode JPEG bytes on the device, all at once. A damaged file fails the whole call: then
+        each file is decoded on the device alone, and one that fails there on the CPU (libjpeg,
+        which may read what nvJPEG refuses); a file that fails both is a bad file. So one bad file
+        costs its batch one more call per file on the device, not a CPU decode of every image."""
+        on_device = self.device.type == "cuda"
+        if on_device:
+            try:
                 with quiet_torchvision_io():
-                    images = decode_jpeg(datas, mode=ImageReadMode.RGB, device=self.device,
+                    images = decode_jpeg([e.data for _, e in encoded], mode=ImageReadMode.RGB, device=self.device,
                                          apply_exif_orientation=True)
                 return [(i, img) for (i, _), img in zip(encoded, images)]
-        except RuntimeError:
-            pass  # some file is broken: find it below, one by one on the CPU
+            except RuntimeError:
+                pass  # some file is damaged: find it below
         results = []
         for i, e in encoded:
-            try:
-                results.append((i, self._copy(decode_rgb(e.path, e.data))))
-            except DecodeError as err:
-                self._bad(BadFile(err.path, err.cause))
+            img = self._decode_on_device(e) if on_device else None
+            if img is None:
+                try:
+                    img = self._copy(decode_rgb(e.path, e.data))
+                except DecodeError as err:
+                    self._bad(BadFile(err.path, err.cause))
+                    continue
+            results.append((i, img))
         return results
+
+    def _decode_on_device(self, encoded: Encoded) -> torch.Tensor | None:
+        """One JPEG decoded on the device, or None where the device's decoder refuses it."""
+        try:
+            with quiet_torchvision_io():
+                return decode_jpeg(encoded.data, mode=ImageReadMode.RGB, device=self.device, apply_exif_orientation=True)
+        except RuntimeError:
+            return None
 
 
 def _describe(batch) -> str:
