@@ -170,7 +170,7 @@ def pack_folder(src, dst, progress: bool = True, on_error: str = "raise", force:
     packed = up_to_date = skipped = 0
     for i in tqdm(range(len(src_ds)), desc="gpuaug pack", disable=not progress, unit="video"):
         video = Path(src_ds.videos[i][0])
-        pack = Path(dst) / video.parent.name / f"{video.name}.pack"
+        pack = _pack_path(dst, video)
         try:
             paths = src_ds.frame_paths(i)
             if not paths:
@@ -187,14 +187,19 @@ def pack_folder(src, dst, progress: bool = True, on_error: str = "raise", force:
             skipped += 1
             continue
         packed += 1
-    _warn_of_orphans(Path(dst), {f"{Path(v).parent.name}/{Path(v).name}.pack" for v, _ in src_ds.videos})
+    _warn_of_orphans(Path(dst), {_pack_path(dst, Path(v)) for v, _ in src_ds.videos})
     return PackCounts(packed, up_to_date, skipped)
 
 
-def _warn_of_orphans(dst: Path, expected: set[str]) -> None:
+def _pack_path(dst, video: Path) -> Path:
+    """Where ``video`` (``src/<class>/<video>``) is packed: ``dst/<class>/<video>.pack``."""
+    return Path(dst) / video.parent.name / f"{video.name}.pack"
+
+
+def _warn_of_orphans(dst: Path, expected: set[Path]) -> None:
     """Warn of packs under ``dst`` whose video is not in the source (removed or renamed since an
     earlier run): :class:`PackedClips` would still read them. They are named, not deleted."""
-    orphans = sorted(str(p) for p in dst.glob("*/*.pack") if f"{p.parent.name}/{p.name}" not in expected)
+    orphans = sorted(str(p) for p in dst.glob("*/*.pack") if p not in expected)
     if orphans:
         shown = ", ".join(orphans[:3]) + (f" and {len(orphans) - 3} more" if len(orphans) > 3 else "")
         warnings.warn(f"gpuaug pack: {len(orphans)} pack(s) under {dst} have no video in the source (removed or "
@@ -208,13 +213,8 @@ def read_pack(path: str, indices: list[int]) -> list[torch.Tensor]:
     read (a long video), one read per wanted frame."""
     size = os.path.getsize(path)
     with open(path, "rb") as f:
-        head = f.read(_HEADER.size)
-        if len(head) < _HEADER.size:
-            raise DecodeError(path, f"truncated pack file ({size} bytes, no header)")
-        magic, version, n = _HEADER.unpack(head)
-        if magic != PACK_MAGIC or version != PACK_VERSION:
-            raise DecodeError(path, f"not a gpuaug pack file (magic {magic!r}, version {version})")
-        if n == 0 or _HEADER.size + 8 * (n + 1) > size:  # checked before reading: n may be garbage
+        n = _read_header(f, path)
+        if _HEADER.size + 8 * (n + 1) > size:  # checked before reading: n may be garbage
             raise DecodeError(path, f"truncated pack index ({n} frames announced, file has {size} bytes)")
         table = f.read(8 * (n + 1))
         offsets = struct.unpack(f"<{n + 1}Q", table)
@@ -239,11 +239,18 @@ def read_pack(path: str, indices: list[int]) -> list[torch.Tensor]:
 def pack_length(path: str) -> int:
     """Number of frames in a pack file (at least 1: :class:`DecodeError` for none)."""
     with open(path, "rb") as f:
-        head = f.read(_HEADER.size)
+        return _read_header(f, path)
+
+
+def _read_header(f, path: str) -> int:
+    """The frame count in the header of the open pack file ``f``; :class:`DecodeError` naming
+    ``path`` for a file that is not a pack (or is cut before its header end), a pack of another
+    format version (gpuaug pack writes it anew), or one announcing no frame."""
+    head = f.read(_HEADER.size)
     if len(head) < _HEADER.size or head[:8] != PACK_MAGIC:
-        raise DecodeError(path, "not a gpuaug pack file")
+        raise DecodeError(path, f"not a gpuaug pack file ({len(head)} header bytes, magic {head[:8]!r})")
     _, version, n = _HEADER.unpack(head)
-    if version != PACK_VERSION:  # what read_pack refuses: gpuaug pack rewrites it
+    if version != PACK_VERSION:
         raise DecodeError(path, f"pack format version {version}, this gpuaug reads {PACK_VERSION} (gpuaug pack writes it anew)")
     if n == 0:  # pack_frames never writes one
         raise DecodeError(path, "corrupt pack file (0 frames announced)")
