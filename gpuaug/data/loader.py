@@ -210,17 +210,11 @@ class DeviceLoader:
         which may read what nvJPEG refuses); a file that fails both is a bad file. So one bad file
         costs its batch one more call per file on the device, not a CPU decode of every image."""
         on_device = self.device.type == "cuda"
-        if on_device:
-            try:
-                with quiet_torchvision_io():
-                    images = decode_jpeg([e.data for _, e in encoded], mode=ImageReadMode.RGB, device=self.device,
-                                         apply_exif_orientation=True)
-                return [(i, img) for (i, _), img in zip(encoded, images)]
-            except RuntimeError:
-                pass  # some file is damaged: find it below
+        if on_device and (images := self._decode_on_device([e.data for _, e in encoded])) is not None:
+            return [(i, img) for (i, _), img in zip(encoded, images)]
         results = []
         for i, e in encoded:
-            img = self._decode_on_device(e) if on_device else None
+            img = self._decode_on_device(e.data) if on_device else None
             if img is None:
                 try:
                     img = self._copy(decode_rgb(e.path, e.data))
@@ -230,11 +224,12 @@ class DeviceLoader:
             results.append((i, img))
         return results
 
-    def _decode_on_device(self, encoded: Encoded) -> torch.Tensor | None:
-        """One JPEG decoded on the device, or None where the device's decoder refuses it."""
+    def _decode_on_device(self, data):
+        """JPEG bytes (one uint8 tensor, or a list of them) decoded on the device, or None where its
+        decoder refuses them (one damaged file fails a whole list)."""
         try:
             with quiet_torchvision_io():
-                return decode_jpeg(encoded.data, mode=ImageReadMode.RGB, device=self.device, apply_exif_orientation=True)
+                return decode_jpeg(data, mode=ImageReadMode.RGB, device=self.device, apply_exif_orientation=True)
         except RuntimeError:
             return None
 
