@@ -4,7 +4,6 @@ a list, clips, a :class:`gpuaug.PackedImages`) and the pipeline's own arguments.
 from __future__ import annotations
 
 import math
-
 from numbers import Integral
 
 import torch

@@ -77,10 +77,15 @@ def is_jpeg(data: torch.Tensor) -> bool:
     return data[:3].numpy().tobytes() == _JPEG
 
 
+def _is_webp(data: bytes) -> bool:
+    """Whether a file starts as a RIFF WEBP."""
+    return data[:4] == b"RIFF" and data[8:12] == b"WEBP"
+
+
 def decoded_by_torchvision(data: bytes) -> bool:
     """Whether this file is decoded by ``torchvision.io`` (JPEG, a still WEBP without EXIF), by its
     first 21 bytes; the rest go to PIL (see the module's docstring)."""
-    return data[:3] == _JPEG or (data[:4] == b"RIFF" and data[8:12] == b"WEBP" and not _webp_for_pil(data))
+    return data[:3] == _JPEG or (_is_webp(data) and not _webp_for_pil(data))
 
 
 def image_size(data: bytes) -> tuple[int, int] | None:
@@ -93,7 +98,7 @@ def image_size(data: bytes) -> tuple[int, int] | None:
     if data[:2] == _JPEG[:2]:
         frame = jpeg_frame(data)
         return None if frame is None else frame[1:]
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+    if _is_webp(data):
         return webp_size(data)
     try:
         with _pil_quiet(), Image.open(io.BytesIO(data)) as im:
@@ -151,7 +156,7 @@ def webp_size(data: bytes) -> tuple[int, int] | None:
             return None
         width, height = (int.from_bytes(data[i : i + 3], "little") + 1 for i in (24, 27))
         return height, width
-    bits = data[20:] if chunk in (b"VP8 ", b"VP8L") else data[12:]
+    bits = data[20:30] if chunk in (b"VP8 ", b"VP8L") else data[12:22]  # the first 10 bytes of the bitstream
     # A bare bitstream is lossless where it has VP8L's signature byte and version 0 (VP8LCheckSignature).
     if chunk == b"VP8L" or (chunk != b"VP8 " and len(bits) >= 5 and bits[0] == 0x2F and bits[4] >> 5 == 0):
         if len(bits) < 5 or bits[0] != 0x2F:
@@ -267,7 +272,7 @@ def _webp_for_pil(magic: bytes) -> bool:
     an animation (torchvision.io refuses those; PIL gives their first frame) or EXIF metadata
     (torchvision.io ignores a WEBP's EXIF orientation; PIL's ``exif_transpose`` applies it, as
     torchvision.io does for JPEG and PNG). PIL's pixels are torchvision's otherwise."""
-    return magic[:4] == b"RIFF" and magic[8:16] == b"WEBPVP8X" and len(magic) > 20 and bool(magic[20] & 0x0A)
+    return _is_webp(magic) and magic[12:16] == b"VP8X" and len(magic) > 20 and bool(magic[20] & 0x0A)
 
 
 def _decode_with_pil(path: str, data: torch.Tensor) -> torch.Tensor:
