@@ -95,6 +95,23 @@ def test_corrupt_pack_files_name_their_path(frames_root, tmp_path, damage):
         list(loader)
 
 
+def test_a_damaged_frame_in_a_pack_is_named_by_its_number(tmp_path, photos):
+    """A pack stores JPEG bytes as they were; a frame that cannot be decoded names the pack and
+    which frame (its number in the video folder's order), as FrameFolder names the frame's file."""
+    video = tmp_path / "src" / "class" / "video"
+    video.mkdir(parents=True)
+    for t in range(12):
+        Image.fromarray(np.ascontiguousarray(photos[0].permute(1, 2, 0).numpy()[t:t + 40, :48])).save(video / f"{t}.jpg")
+    (video / "9.jpg").write_bytes((video / "9.jpg").read_bytes()[:100])  # truncated
+    assert main(["pack", str(tmp_path / "src"), str(tmp_path / "packed"), "--no-progress"]) == 0
+    assert frame_indices(12, 6) == [0, 2, 4, 7, 9, 11]
+    item, _ = PackedClips(tmp_path / "packed", frames=6)[0]
+    assert isinstance(item, BadFile) and item.path == str(tmp_path / "packed" / "class" / "video.pack")
+    assert item.cause.startswith("frame 9 of 12: ") and "truncated" in item.cause, item.cause
+    assert FrameFolder(tmp_path / "src", frames=6)[0][0].path == str(video / "9.jpg")
+    assert PackedClips(tmp_path / "packed", frames=4)[0][0].shape == (4, 3, 40, 48)  # frames 0, 4, 7, 11: all good
+
+
 def test_packed_clips_with_workers_and_one_draw_per_clip(frames_root, tmp_path):
     main(["pack", str(frames_root), str(tmp_path / "packed"), "--no-progress"])
     ds = PackedClips(tmp_path / "packed", frames=4)

@@ -68,24 +68,30 @@ def _torchvision(x: torch.Tensor, ops: list, params: list, i: int) -> torch.Tens
 
 # CI runs the first CASES of each generator (the second: two thirds of it, on two paths). For a
 # long sweep set GPUAUG_COMPOSITION_CASES (4000: 13732 tests in 311 s on 2 cores); one case in 7000 once
-# found a defect.
+# found a defect. GPUAUG_COMPOSITION_FIRST moves the sweep to cases not run before (case numbers seed
+# the draws: a nightly sweep from FIRST=10000 covers other compositions than CI's).
 CASES = int(os.environ.get("GPUAUG_COMPOSITION_CASES", "120"))
+FIRST = int(os.environ.get("GPUAUG_COMPOSITION_FIRST", "0"))
 
 
-@pytest.mark.parametrize("case", range(CASES))
+def _cases(n: int) -> range:
+    return range(FIRST, FIRST + n)
+
+
+@pytest.mark.parametrize("case", _cases(CASES))
 def test_random_composition_equals_torchvision_per_sample(photos, case):
     _check_case(photos, case, composition_ops)
 
 
 @pytest.mark.parametrize("path", ["cpu", "one pass"])
-@pytest.mark.parametrize("case", range(CASES * 2 // 3))
+@pytest.mark.parametrize("case", _cases(CASES * 2 // 3))
 def test_more_random_compositions_equal_torchvision_per_sample(photos, case, path, monkeypatch):
     """``more_composition_ops``, on the CPU's own path and on the one CUDA takes without Triton."""
     monkeypatch.setattr(ga.cpu, "OWN_PATH", path == "cpu")
     _check_case(photos, case, more_composition_ops)
 
 
-@pytest.mark.parametrize("case", range(CASES // 4))
+@pytest.mark.parametrize("case", _cases(CASES // 4))
 def test_random_compositions_of_clips_share_each_clips_draw(photos, case):
     """Clips of 2-3 frames (a tensor, a ragged list, PackedImages), both generators: each frame
     is torchvision's chain with its clip's params."""
@@ -106,7 +112,7 @@ def test_random_compositions_of_clips_share_each_clips_draw(photos, case):
             _assert_close(out[i, t], _torchvision(clips[i][t], ops, params, i), ops, (i, t))
 
 
-@pytest.mark.parametrize("case", range(CASES // 4))
+@pytest.mark.parametrize("case", _cases(CASES // 4))
 def test_random_compositions_of_one_channel_images(photos, case):
     """Grayscale (1-channel) photos through ``composition_ops`` (Normalize left out: its means are
     RGB's)."""
@@ -124,7 +130,7 @@ def test_random_compositions_of_one_channel_images(photos, case):
 
 
 @pytest.mark.parametrize("path", ["cpu", "one pass"])
-@pytest.mark.parametrize("case", range(CASES // 2))  # case 46 is the first to flip a plain uint8 crop
+@pytest.mark.parametrize("case", _cases(CASES // 2))  # case 46 is the first to flip a plain uint8 crop
 def test_random_compositions_of_uint8_images(photos, case, path, monkeypatch):
     """uint8 photos (what the workers decode), both generators, against torchvision's chain on the
     float images: CUDA's path (without Triton) resamples uint8 as floats, float rounding only; the
@@ -133,7 +139,7 @@ def test_random_compositions_of_uint8_images(photos, case, path, monkeypatch):
     _check_case(photos, case, composition_ops if case % 2 else more_composition_ops, uint8=True, rounds=path == "cpu")
 
 
-@pytest.mark.parametrize("case", range(CASES // 10))
+@pytest.mark.parametrize("case", _cases(CASES // 10))
 def test_random_compositions_through_the_cuda_kernels(photos, case, interpreted_gpu_kernels, monkeypatch):
     """Both generators, float and uint8 input, through gpuaug.gpu_kernels (Triton's interpreter,
     ~0.6 s a case; a failing launch fails the test instead of falling back to torch kernels)."""

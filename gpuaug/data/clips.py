@@ -257,6 +257,15 @@ def _read_header(f, path: str) -> int:
     return n
 
 
+def _decode_frame(path: str, i: int, n: int, data: torch.Tensor) -> torch.Tensor:
+    """Frame ``i`` of the ``n`` in pack ``path``, decoded; a :class:`DecodeError` says which frame
+    (counted from 0, in the order packed: the video folder's frames sorted by name)."""
+    try:
+        return decode_rgb(path, data)
+    except DecodeError as e:
+        raise DecodeError(path, f"frame {i} of {n}: {e.cause}") from None
+
+
 class PackedClips(Dataset):
     """Clips from ``root/<class>/<video>.pack``: items ``(uint8 (T, 3, H, W), label)``, or a
     :class:`BadFile` naming the pack file for a corrupt or truncated one."""
@@ -273,8 +282,8 @@ class PackedClips(Dataset):
         path, label = self.videos[index]
         try:
             n = pack_length(path)
-            blobs = read_pack(path, frame_indices(n, self.frames))
-            return _stack_frames(path, [decode_rgb(f"{path}[{i}]", b) for i, b in enumerate(blobs)]), label
+            chosen = frame_indices(n, self.frames)
+            return _stack_frames(path, [_decode_frame(path, i, n, b) for i, b in zip(chosen, read_pack(path, chosen))]), label
         except DecodeError as e:
             return BadFile(path, e.cause), label
         except OSError as e:
