@@ -36,13 +36,14 @@ import os
 import warnings
 from typing import NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from .functional.geometry import PAD_MODES
 from .native import OP_BRIGHTNESS, OP_CONTRAST, OP_HUE, OP_SATURATION
 from .packed import PackedImages
-from .transforms._base import to_device
+from .transforms._base import move
 
 try:
     import triton
@@ -455,7 +456,9 @@ def pack_images(images: list[Tensor] | PackedImages, device: torch.device) -> Pa
     if isinstance(images, PackedImages):
         images = images.to(device, non_blocking=True)
         flat, shapes = images.flat, images.shapes
-        rows = [[o, h * w, w, 1, h] for o, (_, h, w) in zip(images.offsets, shapes)]
+        _, h, w = np.array(shapes, dtype=np.int64).T
+        rows = np.stack([np.array(images.offsets, dtype=np.int64), h * w, w, np.ones_like(w), h], 1)
+        shape = (len(shapes), shapes[0][0], int(h.max()), int(w.max()))
     else:
         images = [t.to(device, non_blocking=True) for t in images]
         shapes = [tuple(t.shape) for t in images]
@@ -472,8 +475,8 @@ def pack_images(images: list[Tensor] | PackedImages, device: torch.device) -> Pa
                 rows.append([offset, t.stride(0), t.stride(1), t.stride(2), h])
             offset += c * h * w
         flat = torch.cat(views)
-    shape = (len(shapes), shapes[0][0], max(s[1] for s in shapes), max(s[2] for s in shapes))
-    return Packed(flat, to_device(rows, device, torch.int64), shape, images)
+        shape = (len(shapes), shapes[0][0], max(s[1] for s in shapes), max(s[2] for s in shapes))
+    return Packed(flat, move(torch.from_numpy(np.asarray(rows, dtype=np.int64)), device), shape, images)
 
 
 def resample_axes(x: Tensor | Packed, axes: Tensor, size: tuple[int, int], taps: tuple[int, int],

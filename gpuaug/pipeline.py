@@ -311,8 +311,9 @@ class Pipeline(nn.Module):
         ``meta``: their shapes and dtypes only, on the meta device, drawing nothing."""
         gen, device = (None, torch.device("meta")) if meta else (self._get_generator(), self.device)
         params = []
+        sizes = sizes[::frames] if frames > 1 else sizes  # one per draw (a clip's frames share its size)
         for op in self.ops:
-            params.append(op.make_params(Draw(n, device, gen, sizes[::frames])))
+            params.append(op.make_params(Draw(n, device, gen, sizes)))
             if isinstance(op, GeometricOp):
                 sizes = op.output_sizes(sizes)
         return params

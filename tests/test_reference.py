@@ -121,6 +121,23 @@ def test_random_resized_crop_fallback_is_torchvisions_center_crop(photos, kernel
         assert (out[i] - ref).abs().max() < 1e-4
 
 
+@pytest.mark.parametrize("ratio", [(3 / 4, 4 / 3), (2.0, 3.0), (0.2, 0.3), (0.5, 0.5), (1.0, 1.0)])
+def test_random_resized_crop_fallback_of_a_ragged_batch_is_torchvisions(ratio):
+    """The fallback of a ragged batch is computed for all sizes at once (numpy): each image's crop
+    is the one torchvision's make_params gives it, on sizes whose ratio falls below, inside and
+    above the range and on its edges (rounding half to even: 3x5 at ratio 0.5 is 2.5 -> 2)."""
+    rng = torch.Generator().manual_seed(0)
+    sizes = [tuple(int(v) for v in torch.randint(1, 400, (2,), generator=rng)) for _ in range(60)]
+    sizes += [(1, 1), (1, 399), (399, 1), (3, 5), (5, 3), (4, 3), (3, 4), (10, 5), (5, 10), (7, 7)]
+    images = [torch.zeros(1, h, w, dtype=torch.uint8) for h, w in sizes]
+    _, params = ga.Pipeline(ga.RandomResizedCrop(4, scale=(1.5, 2.0), ratio=ratio), device="cpu", seed=0)(
+        images, return_params=True)
+    for i, img in enumerate(images):
+        tv = v2.RandomResizedCrop(4, scale=(1.5, 2.0), ratio=ratio).make_params([img])  # no try fits: the fallback
+        got = [int(params[0][k][i]) for k in ("top", "left", "height", "width")]
+        assert got == [tv[k] for k in ("top", "left", "height", "width")], (sizes[i], got, tv)
+
+
 def test_random_resized_crop_draws_like_torchvision(photos):
     """Sampled crops follow torchvision's distribution: area fraction and ratio inside the ranges."""
     img = photos[0]

@@ -7,6 +7,7 @@ import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -41,6 +42,15 @@ class Sizes:
         if per_image is not None and len(set(per_image)) == 1:
             uniform, per_image = per_image[0], None
         self.uniform, self.per_image = uniform, per_image
+        self._array: np.ndarray | None = None
+
+    def array(self) -> np.ndarray:
+        """``(n, 2)`` int64 ``[height, width]`` rows of ``per_image`` (``(1, 2)`` where uniform),
+        made once: ragged batches ask for them several times a call, and a list of 256 pairs
+        takes ~40 us to convert."""
+        if self._array is None:
+            self._array = np.array(self.per_image or [self.uniform], dtype=np.int64).reshape(-1, 2)
+        return self._array
 
     def __getitem__(self, part: slice | Tensor) -> Sizes:
         """The sizes of a slice of the images, or of the images at the indices of a CPU tensor."""
@@ -59,14 +69,15 @@ class Sizes:
     def max(self) -> tuple[int, int]:
         if self.per_image is None:
             return self.uniform
-        return max(h for h, _ in self.per_image), max(w for _, w in self.per_image)
+        h, w = self.array().max(0).tolist()
+        return h, w
 
     def pairs(self, n: int, device) -> Tensor:
         """``(n, 2)`` float32 ``[height, width]`` rows on ``device``: one non-blocking copy (an
         expanded view of one row where the sizes are uniform)."""
         if self.per_image is None:
             return to_device(self.uniform, device).expand(n, 2)
-        return to_device(self.per_image, device)
+        return move(torch.from_numpy(self.array().astype(np.float32)), device)
 
 
 @dataclass

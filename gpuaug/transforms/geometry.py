@@ -12,12 +12,13 @@ import math
 import numbers
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from ..functional.geometry import PAD_MODES, flip_matrix, rotation_matrix
 from ._base import (Draw, Op, Params, Sizes, check_interpolation, check_probability, check_range, check_resize_filter,
-                    setup_size, to_device)
+                    move, setup_size, to_device)
 
 
 class AxisMap:
@@ -180,14 +181,15 @@ class RandomResizedCrop(GeometricOp):
         aspect ratio, centered -> ``(n, 4)`` or ``(4,)`` ``[top, left, height, width]``. Sizes
         are host-side, so it is computed on the host and copied once."""
         lo, hi = self.ratio
-
-        def crop(hw):
-            h, w = hw
+        if draw.sizes.per_image is None:
+            h, w = draw.sizes.uniform
             ch, cw = (round(w / lo), w) if w / h < lo else (h, round(h * hi)) if w / h > hi else (h, w)
-            return [(h - ch) // 2, (w - cw) // 2, ch, cw]
-
-        rows = [crop(draw.sizes.uniform)] if draw.sizes.per_image is None else [crop(hw) for hw in draw.sizes.per_image]
-        return to_device(rows, draw.device).squeeze(0)
+            return to_device([(h - ch) // 2, (w - cw) // 2, ch, cw], draw.device)
+        h, w = draw.sizes.array().astype(np.float64).T  # as torchvision's Python floats; np.round rounds half to even too
+        ch = np.where(w / h < lo, np.round(w / lo), h)
+        cw = np.where(w / h > hi, np.round(h * hi), w)
+        rows = np.stack([(h - ch) // 2, (w - cw) // 2, ch, cw], 1).astype(np.float32)
+        return move(torch.from_numpy(rows), draw.device)
 
     def map_axes(self, axes: AxisMap, params: Params, sizes: Sizes) -> None:
         length = torch.stack([params["height"], params["width"]], 1)
