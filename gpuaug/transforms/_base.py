@@ -43,6 +43,8 @@ class Sizes:
             uniform, per_image = per_image[0], None
         self.uniform, self.per_image = uniform, per_image
         self._array: np.ndarray | None = None
+        self._rows: dict = {}  # fn -> rows(fn)
+        self._maps: dict = {}  # fn -> map(fn)
 
     def array(self) -> np.ndarray:
         """``(n, 2)`` int64 ``[height, width]`` rows of ``per_image`` (``(1, 2)`` where uniform),
@@ -60,11 +62,25 @@ class Sizes:
             return Sizes(per_image=[self.per_image[i] for i in part.tolist()])
         return Sizes(per_image=self.per_image[part])
 
+    def rows(self, fn) -> list:
+        """``fn((h, w))`` of each image (one item where uniform). ``fn``, a pure function of a size
+        (an op's output size, its crop's start, ...), runs once per distinct size, and the result is
+        kept on this object: a ragged batch's sizes are asked for several times a call (drawing,
+        planning), and a photo dataset repeats a few sizes."""
+        if fn not in self._rows:
+            if self.per_image is None:
+                self._rows[fn] = [fn(self.uniform)]
+            else:
+                each = {hw: fn(hw) for hw in dict.fromkeys(self.per_image)}
+                self._rows[fn] = [each[hw] for hw in self.per_image]
+        return self._rows[fn]
+
     def map(self, fn) -> Sizes:
-        """Apply ``fn((h, w)) -> (h, w)`` to every size."""
-        if self.per_image is None:
-            return Sizes(uniform=fn(self.uniform))
-        return Sizes(per_image=[fn(s) for s in self.per_image])
+        """Apply ``fn((h, w)) -> (h, w)`` to every size (:meth:`rows`); the same Sizes each time."""
+        if fn not in self._maps:
+            out = self.rows(fn)
+            self._maps[fn] = Sizes(uniform=out[0]) if self.per_image is None else Sizes(per_image=out)
+        return self._maps[fn]
 
     def max(self) -> tuple[int, int]:
         if self.per_image is None:

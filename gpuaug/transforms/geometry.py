@@ -266,9 +266,8 @@ class Resize(GeometricOp):
         return sizes.map(self._out)
 
     def max_scale(self, sizes: Sizes) -> tuple[float, float]:
-        pairs = sizes.per_image or [sizes.uniform]
-        outs = [self._out(hw) for hw in pairs]
-        return max(h / o[0] for (h, _), o in zip(pairs, outs)), max(w / o[1] for (_, w), o in zip(pairs, outs))
+        y, x = (sizes.array() / self.output_sizes(sizes).array()).max(0).tolist()
+        return y, x
 
     def map_axes(self, axes: AxisMap, params: Params, sizes: Sizes) -> None:
         n, device = axes.scale.shape[0], axes.scale.device
@@ -301,8 +300,7 @@ class CenterCrop(GeometricOp):
 
     def map_axes(self, axes: AxisMap, params: Params, sizes: Sizes) -> None:
         n, device = axes.scale.shape[0], axes.scale.device
-        starts = [list(self.start(hw)) for hw in (sizes.per_image or [sizes.uniform])]
-        axes.crop(to_device(starts, device).expand(n, 2), _pair(self.size, device))
+        axes.crop(to_device(sizes.rows(self.start), device).expand(n, 2), _pair(self.size, device))
 
 
 class RandomCrop(GeometricOp):
@@ -361,7 +359,7 @@ class RandomCrop(GeometricOp):
     def output_sizes(self, sizes: Sizes) -> Sizes:
         return Sizes(uniform=self.size)
 
-    def _bounds(self, hw: tuple[int, int]) -> list[int]:
+    def _bounds(self, hw: tuple[int, int]) -> tuple[int, int, int, int]:
         """``[top_min, left_min, top_range, left_range]`` for an image of ``hw``: the corner is
         ``min + randint(range + 1)``, host-side; torchvision's checks and messages."""
         left, top, right, bottom = self.padding
@@ -379,11 +377,10 @@ class RandomCrop(GeometricOp):
             raise ValueError(f"RandomCrop's {self.padding_mode} padding of {(top, ph - h - top, left, pw - w - left)} "
                              f"(top, bottom, left, right) is longer than the image {(h, w)} allows "
                              f"(reflect: < its side, symmetric: <= its side)")
-        return [-top, -left, ph - ch, pw - cw]
+        return -top, -left, ph - ch, pw - cw
 
     def make_params(self, draw: Draw) -> Params:
-        rows = [self._bounds(hw) for hw in (draw.sizes.per_image or [draw.sizes.uniform])]
-        bounds = to_device(rows, draw.device).expand(draw.n, 4)
+        bounds = to_device(draw.sizes.rows(self._bounds), draw.device).expand(draw.n, 4)
         corner = bounds[:, :2] + draw.integers(bounds[:, 2:])
         return {"top": corner[:, 0], "left": corner[:, 1]}
 
