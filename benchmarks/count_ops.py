@@ -10,7 +10,8 @@ Rows: the warp and color ops by torch kernels (CUDA without Triton, or ``GPUAUG_
 and by the Triton kernels (gpuaug.gpu_kernels; their launches are counted, not run: on the CPU the
 pipeline gets a stand-in that only counts them, so that row's time leaves out that work), on a
 batch of one size; then images of different sizes as a list and as the one buffer
-``gpuaug.data.collate`` makes (``ga.PackedImages``).
+``gpuaug.data.collate`` makes (``ga.PackedImages``); last, the validation transform (Resize +
+CenterCrop, the same 8x8 output) on that buffer, whose host work is per image size.
 """
 
 import argparse
@@ -128,14 +129,18 @@ def _count(args) -> None:
     x = torch.randint(0, 256, (args.batch, 3, 16, 20), dtype=torch.uint8)
     ragged = [torch.randint(0, 256, (3, 16 + i % 5, 20 + i % 3), dtype=torch.uint8) for i in range(args.batch)]
     print(f"count_ops: README pipeline (8x8 output), CUDA code path on the CPU, {time.strftime('%Y-%m-%d')}")
-    for label, kernel, x in (("torch kernels", None, x), ("Triton kernels", _CountLaunches(), x),
-                             ("Triton kernels, ragged list", _CountLaunches(), ragged),
-                             ("Triton kernels, ragged PackedImages", _CountLaunches(), ga.PackedImages.pack(ragged))):
+    # The README pipeline with an 8x8 output, so the pixel work is negligible; then the validation
+    # transform (Resize + CenterCrop, the same outputs) on the ragged batch a DeviceLoader hands over.
+    train = (ga.RandomResizedCrop(8), ga.RandomHorizontalFlip(), ga.RandomRotation(15), ga.ColorJitter(0.4, 0.4, 0.4, 0.1))
+    val = (ga.Resize(12), ga.CenterCrop(8))
+    packed = ga.PackedImages.pack(ragged)
+    for label, kernel, x, ops in (("torch kernels", None, x, train), ("Triton kernels", _CountLaunches(), x, train),
+                                  ("Triton kernels, ragged list", _CountLaunches(), ragged, train),
+                                  ("Triton kernels, ragged PackedImages", _CountLaunches(), packed, train),
+                                  ("Triton kernels, ragged PackedImages, Resize(12) + CenterCrop(8) + Normalize",
+                                   _CountLaunches(), packed, val)):
         pipeline_module._gpu_kernels = lambda device, kernel=kernel: kernel
-        # The README pipeline with an 8x8 output, so the pixel work is negligible.
-        pipe = ga.Pipeline(ga.RandomResizedCrop(8), ga.RandomHorizontalFlip(), ga.RandomRotation(15),
-                           ga.ColorJitter(0.4, 0.4, 0.4, 0.1), ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD),
-                           device="cpu", seed=0)
+        pipe = ga.Pipeline(*ops, ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD), device="cpu", seed=0)
         for op in (pipe.ops[i] for i in pipe._color_at):
             op.apply = _labelled(op.apply, type(op).__name__)
         pipe._color_gpu = _labelled(pipe._color_gpu, "color (Triton)")

@@ -92,7 +92,8 @@ def test_handoff_bench_script_on_the_cpu(capsys):
 def test_count_ops_script_counts_every_layout(capsys):
     _script("count_ops").main(["--batch", "8", "--calls", "1"])
     text = capsys.readouterr().out
-    for label in ("torch kernels:", "Triton kernels:", "Triton kernels, ragged list:", "Triton kernels, ragged PackedImages:"):
+    for label in ("torch kernels:", "Triton kernels:", "Triton kernels, ragged list:", "Triton kernels, ragged PackedImages:",
+                  "Triton kernels, ragged PackedImages, Resize(12) + CenterCrop(8) + Normalize:"):
         assert label in text
 
 
