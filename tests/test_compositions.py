@@ -28,8 +28,9 @@ from generators import COLOR, composition_ops, more_composition_ops
 COLOR_KERNELS = [TF.adjust_brightness, TF.adjust_contrast, TF.adjust_saturation, TF.adjust_hue]
 
 
-def _torchvision(x: torch.Tensor, ops: list, params: list, i: int) -> torch.Tensor:
-    """Sample ``i`` through torchvision's kernels with the parameters gpuaug drew for it."""
+def _torchvision(x: torch.Tensor, ops: list, params: list, i: int, nudge: tuple[float, float] | None = None) -> torch.Tensor:
+    """Sample ``i`` through torchvision's kernels with the parameters gpuaug drew for it;
+    ``nudge``: (x, y) pixels added to each rotation's center (see ``_assert_close``)."""
     for op, p in zip(ops, params):
         if isinstance(op, ga.RandomResizedCrop):
             x = TF.resized_crop(x, *(int(p[k][i]) for k in ("top", "left", "height", "width")), list(op.size),
@@ -54,8 +55,11 @@ def _torchvision(x: torch.Tensor, ops: list, params: list, i: int) -> torch.Tens
             x = flip(x) if p["flip"][i] else x
         elif isinstance(op, ga.RandomRotation):
             fill = None if op.fill is None else list(op.fill) * (len(x) // len(op.fill))
-            x = TF.rotate(x, float(p["angle"][i]), interpolation=InterpolationMode(op.interpolation),
-                          center=None if op.center is None else list(op.center), fill=fill)
+            center = None if op.center is None else list(op.center)
+            if nudge is not None:  # torchvision's center=None is the image's (w / 2, h / 2)
+                center = [c + d for c, d in zip(center or [x.shape[-1] / 2, x.shape[-2] / 2], nudge)]
+            x = TF.rotate(x, float(p["angle"][i]), interpolation=InterpolationMode(op.interpolation), center=center,
+                          fill=fill)
         elif isinstance(op, ga.ColorJitter):
             for j in p["order"][i].tolist():
                 x = COLOR_KERNELS[j](x, float(p[COLOR[j]][i]))
@@ -109,7 +113,7 @@ def test_random_compositions_of_clips_share_each_clips_draw(photos, case):
     assert all(v.shape[0] == len(clips) for p in params for v in p.values())  # one draw per clip
     for i in range(len(clips)):
         for t in range(length):
-            _assert_close(out[i, t], _torchvision(clips[i][t], ops, params, i), ops, (i, t))
+            _assert_close(out[i, t], clips[i][t], ops, params, i, (i, t))
 
 
 @pytest.mark.parametrize("case", _cases(CASES // 4))
@@ -126,7 +130,7 @@ def test_random_compositions_of_one_channel_images(photos, case):
     out, params = ran
     assert out.shape[1] == 1
     for i in range(len(images)):
-        _assert_close(out[i], _torchvision(images[i], ops, params, i), ops, i)
+        _assert_close(out[i], images[i], ops, params, i, i)
 
 
 @pytest.mark.parametrize("path", ["cpu", "one pass"])
@@ -159,21 +163,32 @@ def _run(ops: list, images, case: int, ragged: bool, also: str | None = None):
         return None
 
 
-def _assert_close(got: torch.Tensor, ref: torch.Tensor, ops: list, where, slack: float = 0.0) -> None:
-    """One sample against torchvision's: float rounding only (0.1/255, plus ``slack``, scaled by
-    Normalize's std), rotated outputs inside the central disc, nearest picks allowed to flip at
-    midpoints."""
+# A nearest pick flips where a source coordinate sits on a midpoint between pixels to within float
+# noise (~1e-6 px): whole lines of pixels do, at angles near a multiple of 90 degrees on an image
+# with one odd side and one even side. Moving torchvision's rotation center by 1e-3 px finds them:
+# where that changes torchvision's own pick, either pick is right.
+NUDGES = [(1e-3, 1e-3), (-1e-3, -1e-3), (1e-3, -1e-3), (-1e-3, 1e-3)]
+
+
+def _assert_close(got: torch.Tensor, image: torch.Tensor, ops: list, params: list, i: int, where,
+                  slack: float = 0.0) -> None:
+    """Sample ``i`` against torchvision's chain on ``image``: float rounding only (0.1/255, plus
+    ``slack``, scaled by Normalize's std), rotated outputs inside the central disc, nearest picks
+    allowed to differ only where they sit on a midpoint (``NUDGES``)."""
+    ref = _torchvision(image, ops, params, i)
     assert got.shape == ref.shape, (where, ops)
     tol = (0.1 / 255 + slack) / (min(ga.IMAGENET_STD) if isinstance(ops[-1] if ops else None, ga.Normalize) else 1)
     err = (got - ref).abs().amax(0)
+    inside = torch.ones_like(err, dtype=torch.bool)
     if any(isinstance(op, ga.RandomRotation) for op in ops):
-        err = err[central_disc(*err.shape, margin=3.0)]
+        inside = central_disc(*err.shape, margin=3.0)
     if any(getattr(op, "interpolation", "") == "nearest" for op in ops):
-        # A nearest pick flips where the two sides' coordinates straddle a midpoint (~1e-6 px apart).
-        flips = (err > tol).sum().item()
-        assert flips <= max(2, 5e-3 * err.numel()), (where, flips, err.numel(), ops)
-    else:
-        assert err.numel() == 0 or err.max() <= tol, (where, err.max().item(), ops)
+        on_midpoint = torch.zeros_like(inside)
+        for nudge in NUDGES:
+            on_midpoint |= (_torchvision(image, ops, params, i, nudge) - ref).abs().amax(0) > tol
+        inside &= ~on_midpoint
+    err = err[inside]
+    assert err.numel() == 0 or err.max() <= tol, (where, err.max().item(), (err > tol).sum().item(), ops)
 
 
 def _check_case(photos, case: int, make_ops, uint8: bool = False, rounds: bool = False) -> list | None:
@@ -196,5 +211,5 @@ def _check_case(photos, case: int, make_ops, uint8: bool = False, rounds: bool =
     # cases 0-199), so anything near a level of an 8-bit image is a real difference.
     slack = color_gain(ops) / 255 if uint8 and rounds else 0.0
     for i in range(len(images)):
-        _assert_close(out[i], _torchvision(to_float(images[i]), ops, params, i), ops, i, slack)
+        _assert_close(out[i], to_float(images[i]), ops, params, i, i, slack)
     return ops

