@@ -36,7 +36,8 @@ timeout 150 $PY -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_c
   tests/test_data.py::test_device_loader_on_cuda_overlaps_and_matches_cpu \
   tests/test_data.py::test_gpu_decode_falls_back_to_cpu_without_cuda \
   tests/test_data.py::test_device_loader_on_cuda_without_pipeline_keeps_ragged_batches_packed \
-  "tests/test_data.py::test_gpu_decode_matches_libjpeg_and_names_each_bad_jpeg[cuda]" 2>&1 \
+  "tests/test_data.py::test_gpu_decode_matches_libjpeg_and_names_each_bad_jpeg[cuda]" \
+  "tests/test_randomness.py::test_deterministic_algorithms_mode_is_accepted_and_repeats_bitwise" 2>&1 \
   | tee "$OUT/cuda_tests.txt" | tail -n 15
 
 echo "== GPU benchmark (cuda rows, and cpu rows for the per-sample torchvision reference)"

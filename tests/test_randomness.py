@@ -28,6 +28,28 @@ def test_same_seed_same_output_other_seed_other_output(photos):
     assert not torch.allclose(a, c, atol=0.1)
 
 
+_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.mark.parametrize("device, triton", [("cpu", "1"), pytest.param("cuda", "1", marks=_CUDA),
+                                            pytest.param("cuda", "0", marks=_CUDA)])
+def test_deterministic_algorithms_mode_is_accepted_and_repeats_bitwise(photos, device, triton, monkeypatch):
+    """Reproducible training turns on ``torch.use_deterministic_algorithms`` (and sets
+    CUBLAS_WORKSPACE_CONFIG, as torch asks): no op of the pipeline may refuse it, and one seed gives
+    the same bits twice (the Triton contrast mean sums in a fixed order). GPUAUG_TRITON=0: the torch
+    kernels (matmuls, grid_sample, embedding_bag) on CUDA."""
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    monkeypatch.setenv("GPUAUG_TRITON", triton)
+    steps = [ga.RandomCrop(300, padding=8, padding_mode="reflect"), *FULL()]
+    torch.use_deterministic_algorithms(True)
+    try:
+        first = ga.Pipeline(*steps, device=device, seed=5)(photos)
+        again = ga.Pipeline(*steps, device=device, seed=5)(photos)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert torch.equal(first, again)
+
+
 def test_seed_none_follows_torch_manual_seed(photos):
     torch.manual_seed(5)
     a = ga.Pipeline(*FULL(), device="cpu")(photos)
