@@ -45,7 +45,7 @@ timeout 240 $PY -m gpuaug bench --device cuda --device cpu --batch-sizes 64 256 
   --json "$OUT/bench_gpu.json" --plot "$OUT/bench_gpu.png" 2>&1 | tee "$OUT/bench_gpu.txt" | tail -n 16
 
 echo "== torch.compile on CUDA (batch 256): default, then reduce-overhead (CUDA graphs: is eager launch-bound?)"
-timeout 75 $PY benchmarks/compile_check.py --device cuda --batch 256 2>&1 | tee "$OUT/compile_gpu.txt" | tail -n 5
+timeout 75 $PY benchmarks/compile_check.py --device cuda --batch 256 --ragged 8 2>&1 | tee "$OUT/compile_gpu.txt" | tail -n 5
 timeout 75 $PY benchmarks/compile_check.py --device cuda --batch 256 --mode reduce-overhead 2>&1 \
   | tee "$OUT/compile_gpu_graphs.txt" | tail -n 5
 
