@@ -276,6 +276,10 @@ def test_select_device(monkeypatch):
     with pytest.raises(ValueError, match="GPUAUG_DEVICE"):
         ga.select_device()
     monkeypatch.delenv("GPUAUG_DEVICE")
+    for kind in ("mps", "xpu"):  # another backend this machine lacks: named, not torch's NotImplementedError
+        if not getattr(torch, kind).is_available():
+            with pytest.raises(ValueError, match=f"asks for {kind} but this machine has none"):
+                ga.Pipeline(ga.RandomHorizontalFlip(), device=kind)
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA is not available"):
             ga.Pipeline(ga.RandomHorizontalFlip(), device="cuda")
