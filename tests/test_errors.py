@@ -115,6 +115,8 @@ def test_bad_replayed_params():
 
 # torchvision raises these for the same mistakes; we must raise the same exception type.
 BAD_ARGS = [
+    ("Resize", (256.0,), {}),  # a float is no shorter side (gpuaug made it a (256, 256) resize)
+    ("Resize", (2.5,), {}),
     ("RandomRotation", (-5,), {}),
     ("RandomRotation", ((1, 2, 3),), {}),
     ("RandomRotation", ("abc",), {}),
@@ -154,6 +156,8 @@ def test_bad_op_arguments_raise_what_torchvision_raises(name, args, kwargs):
         (lambda: ga.RandomResizedCrop(224, scale=(0.9, 0.1)), ValueError),
         (lambda: ga.RandomResizedCrop(0), ValueError),
         (lambda: ga.Resize(-3), ValueError),
+        (lambda: ga.Resize([256.0]), ValueError),  # torchvision takes it, then fails when resizing
+        (lambda: ga.Resize((2.5, 3.5)), ValueError),
         (lambda: ga.Normalize((0.5, 0.5), (0.5, 0.5, 0.5)), ValueError),
         (lambda: ga.Normalize((0.5,), (0.0,)), ValueError),
         (lambda: ga.Normalize((0.5,), (float("nan"),)), ValueError),  # NaN passes "<= 0" checks: every output NaN

@@ -224,6 +224,10 @@ class Resize(GeometricOp):
         else:
             if isinstance(size, Sequence) and not isinstance(size, str) and len(size) == 1:
                 size = size[0]  # [s] means the shorter side, as an int does (torchvision's TorchScript form)
+            if isinstance(size, numbers.Number) and not isinstance(size, numbers.Integral):
+                # torchvision's error: a float is not a shorter side (setup_size would make it (s, s))
+                raise ValueError(f"size can be an integer, a sequence of one or two integers, or None, but got "
+                                 f"{size} instead.")
             if isinstance(size, numbers.Integral) and not isinstance(size, bool):
                 if size <= 0:
                     raise ValueError(f"size should be a positive integer, got {size}")
