@@ -117,6 +117,7 @@ def test_bad_replayed_params():
 BAD_ARGS = [
     ("Resize", (256.0,), {}),  # a float is no shorter side (gpuaug made it a (256, 256) resize)
     ("Resize", (2.5,), {}),
+    ("RandomCrop", (8,), {"padding": ()}),  # an empty padding is an error, not "no padding"
     ("RandomRotation", (-5,), {}),
     ("RandomRotation", ((1, 2, 3),), {}),
     ("RandomRotation", ("abc",), {}),

@@ -340,7 +340,7 @@ class RandomCrop(GeometricOp):
         self.size = setup_size(size)
         if padding_mode not in PAD_MODES:
             raise ValueError("Padding mode should be either constant, edge, reflect or symmetric")
-        self.padding = _parse_padding(padding) if padding else (0, 0, 0, 0)  # left, top, right, bottom
+        self.padding = _parse_padding(padding) if padding is not None else (0, 0, 0, 0)  # left, top, right, bottom
         self.pad_if_needed = bool(pad_if_needed)
         self.pads = any(self.padding) or self.pad_if_needed
         self.padding_mode = padding_mode if self.pads else "constant"
