@@ -416,3 +416,47 @@ def test_reflect_padding_longer_than_the_image_is_refused():
         ga.Pipeline(ga.RandomCrop(8, padding=6, padding_mode="reflect"), device="cpu")(x)
     assert ga.Pipeline(ga.RandomCrop(8, padding=6, padding_mode="symmetric"), device="cpu")(x).shape == (1, 3, 8, 8)
     assert ga.Pipeline(ga.RandomCrop(8, padding=5, padding_mode="reflect"), device="cpu")(x).shape == (1, 3, 8, 8)
+
+
+# Odd argument values, each tried where an op takes it: torchvision refuses some at construction.
+_ODD_VALUES = [0, 1, 3, -1, 2.5, 256.0, True, None, "3", (3,), [3], (3, 4), (3.0, 4.0), (1, 2, 3), (1, 2, 3, 4),
+               (), float("nan"), float("inf"), (0.5, 0.2), (-1, 2)]
+_ODD_SLOTS = [  # (op, how the value is passed)
+    ("Resize", lambda v: ((v,), {})), ("CenterCrop", lambda v: ((v,), {})),
+    ("RandomResizedCrop", lambda v: ((v,), {})), ("RandomCrop", lambda v: ((v,), {})),
+    ("RandomCrop", lambda v: ((8,), {"padding": v})), ("Resize", lambda v: ((8,), {"max_size": v})),
+    ("RandomResizedCrop", lambda v: ((8,), {"scale": v})), ("RandomResizedCrop", lambda v: ((8,), {"ratio": v})),
+    ("RandomRotation", lambda v: ((v,), {})), ("RandomRotation", lambda v: ((10,), {"center": v})),
+    ("RandomHorizontalFlip", lambda v: ((v,), {})), ("RandomGrayscale", lambda v: ((v,), {})),
+    ("ColorJitter", lambda v: ((v,), {})), ("ColorJitter", lambda v: ((), {"hue": v})),
+    ("Normalize", lambda v: ((v, (0.2,)), {})),
+]
+# Where gpuaug takes what torchvision refuses, and why that is no silent change of meaning.
+_LENIENT = {("Normalize", 0), ("Normalize", 1), ("Normalize", True)}  # a bare number: one mean for every channel
+
+
+@pytest.mark.parametrize("name, slot", _ODD_SLOTS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(_ODD_SLOTS)])
+def test_odd_arguments_torchvision_refuses_are_refused(name, slot):
+    """Every odd value torchvision's constructor refuses, gpuaug's refuses too (a TypeError or
+    ValueError; the other way round is documented: gpuaug refuses early what torchvision takes and
+    fails on later). Where both take a size, it means the same size: ``Resize(256.0)`` was a
+    (256, 256) resize here, where torchvision refuses a float shorter side."""
+    import warnings
+
+    for value in _ODD_VALUES:
+        args, kwargs = slot(value)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torchvision warns of reversed ranges
+            try:
+                tv = getattr(v2, name)(*args, **kwargs)
+            except (TypeError, ValueError, OverflowError):  # CenterCrop(inf): int(inf)
+                tv = None
+        try:
+            ours = getattr(ga, name)(*args, **kwargs)
+        except (TypeError, ValueError):
+            continue
+        assert tv is not None or (name, value) in _LENIENT, (name, args, kwargs, ours)
+        if name in ("CenterCrop", "RandomResizedCrop", "RandomCrop") and args == (value,):
+            assert tuple(ours.size) == tuple(tv.size), (name, value)
+        if name == "Resize" and args == (value,):
+            assert (tv.size == [ours.size]) if isinstance(ours.size, int) else list(tv.size) == list(ours.size), value

@@ -191,6 +191,8 @@ def check_range(values, name: str) -> tuple[float, float]:
 def setup_size(size, error_msg: str = "Please provide only two dimensions (h, w) for size.") -> tuple[int, int]:
     """An int ``s`` -> ``(s, s)``; a sequence of one or two positive ints -> ``(h, w)``."""
     if isinstance(size, numbers.Number) and not isinstance(size, bool):
+        if not math.isfinite(size):  # int() would raise OverflowError or ValueError of its own
+            raise ValueError(f"size should be a positive integer, got {size}")
         size = (int(size), int(size))
     elif isinstance(size, Sequence) and len(size) == 1:
         size = (size[0], size[0])
