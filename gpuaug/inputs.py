@@ -94,6 +94,8 @@ def checked_dtype(dtype) -> torch.dtype | None:
 def checked_seed(seed) -> int:
     if isinstance(seed, bool) or not isinstance(seed, (int, Integral)):
         raise TypeError(f"seed should be an int (or None), got {type(seed).__name__}: {seed!r}")
+    if not -(2**63) <= seed < 2**64:  # torch.Generator.manual_seed's range: else it fails at the first draw
+        raise ValueError(f"seed should be in [-2**63, 2**64 - 1], torch.Generator's range, got {seed}")
     return int(seed)
 
 

@@ -175,6 +175,8 @@ def test_bad_op_arguments_raise_what_torchvision_raises(name, args, kwargs):
         (lambda: ga.Pipeline(ga.RandomResizedCrop(32), device="cpu", seed="42"), TypeError),
         (lambda: ga.Pipeline(ga.RandomResizedCrop(32), device="cpu", seed=1.5), TypeError),
         (lambda: ga.Pipeline(ga.RandomResizedCrop(32), device="cpu").manual_seed(None), TypeError),
+        (lambda: ga.Pipeline(ga.RandomResizedCrop(32), device="cpu", seed=2**64), ValueError),  # past torch's range:
+        (lambda: ga.Pipeline(ga.RandomResizedCrop(32), device="cpu").manual_seed(-(2**63) - 1), ValueError),  # at once
         (lambda: ga.Pipeline(ga.RandomResizedCrop(32), device="cpu").to(torch.int32), TypeError),
         (lambda: ga.Pipeline(ga.RandomResizedCrop(32), device="tpu"), ValueError),
         (lambda: ga.Resize(256, interpolation=v2.InterpolationMode.NEAREST), ValueError),  # bilinear or bicubic
