@@ -462,3 +462,21 @@ def test_odd_arguments_torchvision_refuses_are_refused(name, slot):
             assert tuple(ours.size) == tuple(tv.size), (name, value)
         if name == "Resize" and args == (value,):
             assert (tv.size == [ours.size]) if isinstance(ours.size, int) else list(tv.size) == list(ours.size), value
+
+
+@pytest.mark.parametrize("code, mode", [(0, "nearest"), (2, "bilinear"), (3, "bicubic")])
+def test_interpolation_as_pils_int_codes_as_torchvision_takes_them(code, mode):
+    """torchvision takes PIL's int codes for interpolation (0 nearest, 2 bilinear, 3 bicubic): so
+    does gpuaug, where the op has that mode; elsewhere the ValueError names the code given."""
+    made = 0
+    for name in ("Resize", "RandomResizedCrop", "RandomRotation"):
+        v2_op = getattr(v2, name)(8, interpolation=code)  # torchvision takes every one
+        try:
+            op = getattr(ga, name)(8, interpolation=code)
+        except ValueError as e:
+            assert f"interpolation={code}" in str(e)
+            continue
+        made += 1
+        assert op.interpolation == mode == v2.InterpolationMode(mode).value
+        assert v2_op.interpolation in (code, v2.InterpolationMode(mode))
+    assert made >= 1

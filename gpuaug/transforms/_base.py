@@ -153,17 +153,23 @@ def check_antialias(antialias) -> bool:
     return bool(antialias)
 
 
+_PIL_CODES = {0: "nearest", 2: "bilinear", 3: "bicubic"}  # PIL.Image.NEAREST, BILINEAR, BICUBIC
+
+
 def check_interpolation(interpolation, op: str, modes: tuple[str, ...] = ("bilinear",)) -> str:
-    """torchvision's ``interpolation`` argument (an ``InterpolationMode`` or its value) -> the mode's
-    name, one of ``modes`` (resize ops take bicubic too, RandomRotation nearest); ValueError for
+    """torchvision's ``interpolation`` argument (an ``InterpolationMode``, its value, or PIL's int
+    code for it) -> the mode's name, one of ``modes`` (resize ops take bicubic too, RandomRotation nearest); ValueError for
     any other."""
     from torchvision.transforms import InterpolationMode
 
+    given = interpolation
+    if isinstance(interpolation, int) and not isinstance(interpolation, bool):  # PIL's codes, as torchvision takes them
+        interpolation = _PIL_CODES.get(interpolation, interpolation)
     for mode in modes:
         if interpolation == InterpolationMode(mode) or interpolation == mode:
             return mode
     names = " or ".join(f"InterpolationMode.{m.upper()}" for m in modes)
-    raise ValueError(f"{op} takes interpolation={names}, got interpolation={interpolation!r}")
+    raise ValueError(f"{op} takes interpolation={names}, got interpolation={given!r}")
 
 
 def check_resize_filter(interpolation, antialias, op: str) -> tuple[str, bool]:
