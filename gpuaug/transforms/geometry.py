@@ -12,13 +12,12 @@ import math
 import numbers
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from ..functional.geometry import PAD_MODES, flip_matrix, rotation_matrix
 from ._base import (Draw, Op, Params, Sizes, check_interpolation, check_probability, check_range, check_resize_filter,
-                    move, setup_size, to_device)
+                    setup_size, to_device)
 
 
 class AxisMap:
