@@ -233,7 +233,7 @@ class Pipeline(nn.Module):
 
     # Under torch.compile a ragged batch (a list, PackedImages) runs eagerly: its sizes are host-side
     # Python values the plan branches on, so each new set of sizes recompiled the whole call
-    # (seconds a batch; past dynamo's limit of 8 the compiled call stayed 2.6x slower than eager).
+    # (seconds a batch; past dynamo's limit of 8 the compiled call stayed 2.6-5x slower than eager, CPU).
     @torch.compiler.disable
     def _forward_eagerly(self, images, params: list[Params] | None, return_params: bool):
         return self._forward(images, params, return_params)
