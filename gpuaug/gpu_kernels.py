@@ -43,7 +43,7 @@ from torch import Tensor
 from .functional.geometry import PAD_MODES
 from .native import OP_BRIGHTNESS, OP_CONTRAST, OP_HUE, OP_SATURATION
 from .packed import PackedImages
-from .transforms._base import move
+from .transforms._base import to_device
 
 try:
     import triton
@@ -476,7 +476,7 @@ def pack_images(images: list[Tensor] | PackedImages, device: torch.device) -> Pa
             offset += c * h * w
         flat = torch.cat(views)
         shape = (len(shapes), shapes[0][0], max(s[1] for s in shapes), max(s[2] for s in shapes))
-    return Packed(flat, move(torch.from_numpy(np.asarray(rows, dtype=np.int64)), device), shape, images)
+    return Packed(flat, to_device(rows, device, "int64"), shape, images)
 
 
 def resample_axes(x: Tensor | Packed, axes: Tensor, size: tuple[int, int], taps: tuple[int, int],
