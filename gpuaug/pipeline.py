@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
+from torch._subclasses.fake_tensor import FakeTensor
 
 from . import cpu, native
 from .device import select_device
@@ -325,13 +326,15 @@ class Pipeline(nn.Module):
         """Every op's params for ``n`` draws (images, or clips), from the pipeline's generator;
         ``meta``: their shapes and dtypes only, on the meta device, drawing nothing."""
         gen, device = (None, torch.device("meta")) if meta else (self._get_generator(), self.device)
-        params = []
-        sizes = sizes[::frames] if frames > 1 else sizes  # one per draw (a clip's frames share its size)
+        return [op.make_params(Draw(n, device, gen, s)) for op, s in self._op_inputs(sizes, frames)]
+
+    def _op_inputs(self, sizes: Sizes, frames: int):
+        """Each op with the sizes of its input, one per draw (a clip's frames share its size)."""
+        sizes = sizes[::frames] if frames > 1 else sizes
         for op in self.ops:
-            params.append(op.make_params(Draw(n, device, gen, sizes)))
+            yield op, sizes
             if isinstance(op, GeometricOp):
                 sizes = op.output_sizes(sizes)
-        return params
 
     def _plan(self, sizes: Sizes, params: list[Params], n: int, channels: int, uint8: bool, kernels=None) -> dict:
         """Per-sample resampling (crop/resize/flip) and warp matrix (rotation and the flips after
@@ -561,12 +564,14 @@ class Pipeline(nn.Module):
 
     def _check_params(self, params, n: int, sizes: Sizes, frames: int) -> list[Params]:
         """Replayed ``params`` checked against what this pipeline draws (keys, shapes; cast to its
-        dtypes) -> on the device."""
+        dtypes) -> on the device. Params on the CPU are read and checked against what each op could
+        apply to these images (:meth:`Op.check_params`: a crop box inside its image, ...); params
+        on a GPU are not read, as that would wait for the device (nor while traced)."""
         if not isinstance(params, (list, tuple)) or len(params) != len(self.ops):
             raise ValueError(f"params should be a list with one dict per op ({len(self.ops)}), as returned by "
                              f"return_params=True, got {type(params).__name__}")
-        out = []
-        for i, (op, p, want) in enumerate(zip(self.ops, params, self._draw(n, sizes, frames, meta=True))):
+        out, wants = [], self._draw(n, sizes, frames, meta=True)
+        for i, (op, p, want) in enumerate(zip(self.ops, params, wants)):
             name = type(op).__name__
             if not isinstance(p, dict):
                 raise TypeError(f"params for {name} should be a dict, got {type(p).__name__}")
@@ -578,6 +583,11 @@ class Pipeline(nn.Module):
                     raise ValueError(f"params[{name}][{k!r}] should be a tensor of shape {tuple(want[k].shape)} (first "
                                      f"dimension {n}, one per sample), got {getattr(v, 'shape', type(v).__name__)}")
             out.append({k: move(v, self.device, want[k].dtype) for k, v in p.items()})
+        values = [v for p in params for v in p.values()]
+        if all(v.device.type == "cpu" and not isinstance(v, FakeTensor) for v in values) \
+                and not torch.compiler.is_compiling():
+            for (op, s), p, want in zip(self._op_inputs(sizes, frames), params, wants):
+                op.check_params({k: v.detach().to(want[k].dtype).numpy() for k, v in p.items()}, s)
         return out
 
 

@@ -113,6 +113,63 @@ def test_bad_replayed_params():
     assert torch.equal(rotate(x, params=as_float64), rotate(x, params=params))
 
 
+def test_replayed_params_no_op_could_draw_for_these_images_are_refused():
+    """Replay reads CPU params and refuses values the kernels cannot apply to the images given:
+    a crop box drawn on larger images went past the plan's filter taps (the bound is the image
+    size) and gave pixels that were neither torchvision's nor anything else (148/255 off)."""
+    from torchvision.transforms.v2 import functional as F
+
+    big, small = torch.rand(2, 3, 40, 50), torch.rand(2, 3, 20, 20)
+    crop = ga.Pipeline(ga.RandomResizedCrop(24, scale=(0.9, 1.0)), device="cpu", seed=0)
+    _, params = crop(big, return_params=True)
+    with pytest.raises(ValueError, match=r"RandomResizedCrop, sample 0: top=.*inside its image.*image is 20x20"):
+        crop(small, params=params)
+    # Edited to other boxes that fit (the last one exactly), replay gives torchvision's resized crop.
+    boxes = torch.tensor([[3.0, 4.0, 10.0, 16.0], [0.0, 0.0, 20.0, 20.0]])
+    edited = [dict(zip(("top", "left", "height", "width"), boxes.T))]
+    out = crop(small, params=edited)
+    for i, (top, left, h, w) in enumerate(boxes.int().tolist()):
+        expected = F.resized_crop(small[i], top, left, h, w, [24, 24], antialias=True)
+        assert (out[i] - expected).abs().max() < 1e-5
+    for bad in ([0.0, 1.0, 20.0, 20.0], [0.5, 0.0, 10.0, 10.0], [0.0, 0.0, 0.0, 10.0], [-1.0, 0.0, 10.0, 10.0]):
+        box = boxes.clone()
+        box[1] = torch.tensor(bad)
+        with pytest.raises(ValueError, match=r"RandomResizedCrop, sample 1: .*image is 20x20"):
+            crop(small, params=[dict(zip(("top", "left", "height", "width"), box.T))])
+
+    padded = ga.Pipeline(ga.RandomCrop(16, padding=2, padding_mode="reflect"), device="cpu")
+    corner = {"top": torch.tensor([-2.0, 6.0]), "left": torch.tensor([0.0, 6.0])}  # the extremes of 20x20 + 2
+    assert padded(small, params=[corner]).shape == (2, 3, 16, 16)
+    for top in (-3.0, 7.0, 1.5):
+        with pytest.raises(ValueError, match=rf"RandomCrop, sample 1: top={top}.*image is 20x20"):
+            padded(small, params=[{"top": torch.tensor([0.0, top]), "left": torch.tensor([0.0, 0.0])}])
+
+    jitter = ga.Pipeline(ga.RandomRotation(10), ga.ColorJitter(0.4, 0.4, 0.4, 0.1), device="cpu", seed=0)
+    _, params = jitter(small, return_params=True)
+    fine = {"brightness": 3.0, "hue": -0.5}  # past the op's ranges, inside the kernels' (torchvision's)
+    for key, value, message in [("brightness", -0.1, ">= 0"), ("saturation", float("nan"), ">= 0"),
+                                ("hue", 0.6, "hue in"), ("order", 0, "permutation")] + \
+            [(k, v, None) for k, v in fine.items()]:
+        edited = [dict(p) for p in params]
+        edited[1][key] = params[1][key].clone()
+        edited[1][key][1] = value
+        if message is None:
+            assert jitter(small, params=edited).isfinite().all()
+        else:
+            with pytest.raises(ValueError, match=rf"ColorJitter, sample 1: .*{message}"):
+                jitter(small, params=edited)
+    with pytest.raises(ValueError, match="RandomRotation, sample 0: angle=inf; a finite angle"):
+        jitter(small, params=[{"angle": torch.tensor([float("inf"), 0.0])}, params[1]])
+
+    # Clips: one draw per clip, checked against that clip's size (ragged: each its own).
+    clips = ga.PackedImages.pack([torch.rand(2, 3, 40, 50), torch.rand(2, 3, 20, 20)])
+    _, params = crop(clips, return_params=True)
+    assert torch.equal(crop(clips, params=params), crop(clips, params=params))
+    swapped = ga.PackedImages.pack([torch.rand(2, 3, 20, 20), torch.rand(2, 3, 40, 50)])
+    with pytest.raises(ValueError, match=r"RandomResizedCrop, sample 0: .*image is 20x20"):
+        crop(swapped, params=params)
+
+
 # torchvision raises these for the same mistakes; we must raise the same exception type.
 BAD_ARGS = [
     ("Resize", (256.0,), {}),  # a float is no shorter side (gpuaug made it a (256, 256) resize)

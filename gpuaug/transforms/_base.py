@@ -132,6 +132,11 @@ class Op(nn.Module):
     def make_params(self, draw: Draw) -> Params:
         return {}
 
+    def check_params(self, params: dict[str, np.ndarray], sizes: Sizes) -> None:
+        """Replayed ``params`` (on the host: numpy, one row per draw) checked against what this op
+        could apply to images of ``sizes`` (its input): ValueError (:func:`refuse_params`) for the
+        first sample that breaks a rule. Drawn params always pass; by default there is no rule."""
+
     def forward(self, *args, **kwargs):
         raise TypeError(f"{type(self).__name__} is applied by gpuaug.Pipeline; use gpuaug.Pipeline({self!r})(images)")
 
@@ -232,3 +237,16 @@ def setup_range(value, name: str, center: float = 1.0, bound=(0, float("inf")), 
     if not math.isfinite(value[1]):  # torchvision takes it, then draws inf factors
         raise ValueError(f"{name} values should be finite, but got {value}.")
     return None if value[0] == value[1] == center else (float(value[0]), float(value[1]))
+
+
+def refuse_params(op: Op, ok: np.ndarray, params: dict[str, np.ndarray], rule: str, sizes: Sizes | None = None) -> None:
+    """ValueError naming the first sample of replayed ``params`` where ``ok`` (``(n,)`` bool) is
+    False, its values, ``rule`` and (``sizes``) its image's size; nothing where all are True."""
+    bad = np.flatnonzero(~np.broadcast_to(ok, (len(next(iter(params.values()))),)))
+    if bad.size == 0:
+        return
+    i = int(bad[0])
+    got = ", ".join(f"{k}={v[i].tolist()}" for k, v in params.items())
+    size = "" if sizes is None else " (its image is {}x{})".format(*sizes.array()[min(i, len(sizes.array()) - 1)])
+    raise ValueError(f"replayed params for {type(op).__name__}, sample {i}: {got}; {rule}{size} (params drawn "
+                     f"for images of other sizes, or edited?)")

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from ..functional.color import adjust_hue, gray_rows, mix_channels, normalize, scaled_identity
 from ..cpu import own_path
 from ..native import OP_BRIGHTNESS, OP_CONTRAST, OP_HUE, OP_NONE, OP_SATURATION
-from ._base import Draw, Op, Params, check_probability, setup_range
+from ._base import Draw, Op, Params, Sizes, check_probability, refuse_params, setup_range
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -119,6 +120,14 @@ class ColorJitter(ColorOp):
             params[name] = draw.uniform(*r) if r is not None else torch.full((draw.n,), identity, device=draw.device)
         params["order"] = draw.uniform(0, 1, 4).argsort(1)
         return params
+
+    def check_params(self, params: dict[str, np.ndarray], sizes: Sizes) -> None:
+        # What torchvision's adjust_* kernels refuse (a negative factor, hue past 0.5), and NaN.
+        factors, hue = np.stack([params[k] for k in ("brightness", "contrast", "saturation")], 1), params["hue"]
+        ok = (np.isfinite(factors) & (factors >= 0)).all(1) & (np.abs(hue) <= 0.5)
+        refuse_params(self, ok, params, "brightness, contrast and saturation >= 0 and hue in [-0.5, 0.5] were expected")
+        order_ok = (np.sort(params["order"], 1) == np.arange(4)).all(1)
+        refuse_params(self, order_ok, params, "an order that is a permutation of 0, 1, 2, 3 was expected")
 
     def _steps(self, params: Params) -> tuple[Tensor, Tensor]:
         """Each sample's enabled adjustments in its drawn order -> ``(B, n_enabled)`` ids and

@@ -12,12 +12,13 @@ import math
 import numbers
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from ..functional.geometry import PAD_MODES, flip_matrix, rotation_matrix
 from ._base import (Draw, Op, Params, Sizes, check_interpolation, check_probability, check_range, check_resize_filter,
-                    setup_size, to_device)
+                    refuse_params, setup_size, to_device)
 
 
 class AxisMap:
@@ -186,6 +187,14 @@ class RandomResizedCrop(GeometricOp):
         (lo, hi), (h, w) = self.ratio, hw
         ch, cw = (round(w / lo), w) if w / h < lo else (h, round(h * hi)) if w / h > hi else (h, w)
         return (h - ch) // 2, (w - cw) // 2, ch, cw
+
+    def check_params(self, params: dict[str, np.ndarray], sizes: Sizes) -> None:
+        # A box past its image would need more filter taps than the plan gives (the plan's
+        # bound is the image size): refused, as a box torchvision's sampling never draws.
+        (top, left, height, width), hw = (params[k] for k in ("top", "left", "height", "width")), sizes.array()
+        ok = _whole(top, left, height, width) & (height >= 1) & (width >= 1) & (top >= 0) & (left >= 0) \
+            & (top + height <= hw[:, 0]) & (left + width <= hw[:, 1])
+        refuse_params(self, ok, params, "a box of whole pixels inside its image was expected", sizes)
 
     def map_axes(self, axes: AxisMap, params: Params, sizes: Sizes) -> None:
         length = torch.stack([params["height"], params["width"]], 1)
@@ -384,11 +393,23 @@ class RandomCrop(GeometricOp):
         corner = bounds[:, :2] + draw.integers(bounds[:, 2:])
         return {"top": corner[:, 0], "left": corner[:, 1]}
 
+    def check_params(self, params: dict[str, np.ndarray], sizes: Sizes) -> None:
+        (top, left), bounds = (params[k] for k in ("top", "left")), np.array(sizes.rows(self._bounds))
+        ok = _whole(top, left) & (top >= bounds[:, 0]) & (top <= bounds[:, 0] + bounds[:, 2]) \
+            & (left >= bounds[:, 1]) & (left <= bounds[:, 1] + bounds[:, 3])
+        refuse_params(self, ok, params, "a corner of whole pixels that keeps the crop inside the (padded) image was "
+                      "expected", sizes)
+
     def map_axes(self, axes: AxisMap, params: Params, sizes: Sizes, padding_mode: str | None = None) -> None:
         """``padding_mode``: in place of this crop's (the pipeline's "constant" for a crop that
         never pads where another crop's zero padding is in its reach)."""
         axes.crop(torch.stack([params["top"], params["left"]], 1), _pair(self.size, axes.scale.device),
                   padding_mode or self.padding_mode)
+
+
+def _whole(*values: np.ndarray) -> np.ndarray:
+    """Where all ``values`` hold finite whole numbers (pixel positions and lengths)."""
+    return np.logical_and.reduce([np.isfinite(v) & (np.floor(v) == v) for v in values])
 
 
 def parse_fill(fill) -> tuple[float, ...]:
@@ -509,6 +530,9 @@ class RandomRotation(GeometricOp):
 
     def make_params(self, draw: Draw) -> Params:
         return {"angle": draw.uniform(*self.degrees)}
+
+    def check_params(self, params: dict[str, np.ndarray], sizes: Sizes) -> None:
+        refuse_params(self, np.isfinite(params["angle"]), params, "a finite angle was expected")
 
     def matrix(self, params: Params, size: tuple[int, int]) -> Tensor:
         return rotation_matrix(params["angle"], *size, self.center)
