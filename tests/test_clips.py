@@ -43,6 +43,37 @@ def test_frame_folder_clips(frames_root):
     assert not torch.equal(clip[0], clip[-1])
 
 
+def test_frame_folders_that_hold_no_clip_say_what_is_missing(tmp_path, photos):
+    from gpuaug.data import ImageFolder, pack_frames
+
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no videos found under .*empty.*root/<class>/<video>"):
+        FrameFolder(tmp_path / "empty")
+    with pytest.raises(FileNotFoundError, match="no class folders found"):
+        ImageFolder(tmp_path / "empty")
+    (tmp_path / "empty" / "cats").mkdir()
+    with pytest.raises(FileNotFoundError, match="no image files with extensions"):
+        ImageFolder(tmp_path / "empty")
+    root = tmp_path / "clips"
+    (root / "a" / "silent").mkdir(parents=True)
+    (root / "a" / "silent" / "notes.txt").write_text("no frames here")
+    mixed = root / "a" / "mixed"
+    mixed.mkdir()
+    for t, (h, w) in enumerate([(40, 50), (40, 50), (30, 50)]):
+        Image.fromarray(np.ascontiguousarray(photos[0][:, :h, :w].permute(1, 2, 0).numpy())).save(mixed / f"{t}.jpg")
+    for frames in (0, -1, 2.0, "8", True, None):
+        with pytest.raises(ValueError, match="frames should be an int >= 1"):
+            FrameFolder(root, frames=frames)
+    ds = FrameFolder(root, frames=3)
+    bad = {ds.videos[i][0].rsplit("/", 1)[1]: ds[i][0] for i in range(len(ds))}
+    assert isinstance(bad["silent"], BadFile) and "no JPEG frames" in bad["silent"].cause
+    assert isinstance(bad["mixed"], BadFile) and "frames of different sizes" in bad["mixed"].cause
+    assert bad["mixed"].path.endswith("mixed")
+    with pytest.raises(ValueError, match="no frames to pack"):
+        pack_frames([], tmp_path / "x.pack")
+    assert not (tmp_path / "x.pack").exists()
+
+
 @pytest.mark.parametrize("pattern", ["{t}.jpg", "img{t}.jpeg", "frame_{t:03d}.jpg"])
 def test_frames_are_read_in_time_order_with_unpadded_numbers(tmp_path, pattern):
     """ffmpeg's ``%d.jpg`` names (1.jpg ... 12.jpg) sorted as text put 10-12 before 2: the clip's

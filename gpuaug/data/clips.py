@@ -60,7 +60,7 @@ def _natural_key(name: str) -> list:
 
 
 def _check_frames(frames) -> int:
-    if not isinstance(frames, int) or frames < 1:
+    if not isinstance(frames, int) or isinstance(frames, bool) or frames < 1:
         raise ValueError(f"frames should be an int >= 1, got {frames!r}")
     return frames
 
