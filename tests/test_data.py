@@ -76,6 +76,25 @@ def test_image_folder_layout_matches_torchvision(folder):
     assert [(p, y) for p, y in ours.samples] == [(p, y) for p, y in ref.samples]
 
 
+def test_a_class_folder_without_images_is_refused_as_torchvision_refuses_it(tmp_path):
+    from torchvision.datasets import ImageFolder as TorchvisionImageFolder
+
+    for name in ("cat/a.jpg", "dog/notes.txt", "eel/x.jpg"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        if name.endswith(".jpg"):
+            Image.new("RGB", (4, 4)).save(tmp_path / name)
+        else:
+            (tmp_path / name).write_text("no image")
+    (tmp_path / "fox").mkdir()
+    with pytest.raises(FileNotFoundError, match="classes dog, fox"):
+        TorchvisionImageFolder(str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=r"class folder\(s\) \['dog', 'fox'\].*allow_empty=True"):
+        ImageFolder(tmp_path)
+    ours, ref = ImageFolder(tmp_path, allow_empty=True), TorchvisionImageFolder(str(tmp_path), allow_empty=True)
+    assert ours.classes == ref.classes == ["cat", "dog", "eel", "fox"]
+    assert ours.samples == ref.samples and [y for _, y in ours.samples] == [0, 2]
+
+
 def test_symlink_loops_end_and_each_real_folder_is_read_once(tmp_path, photos):
     import signal
 

@@ -112,10 +112,13 @@ class ImageFolder(ImageFiles):
     ``classes`` (sorted folder names) and ``class_to_idx`` are torchvision's; files are taken by
     extension (``IMG_EXTENSIONS``, torchvision's list; add ``".gif"`` and the like to take more),
     in sorted order (:func:`find_files`: a folder reached twice through symlinks is read once).
-    Args as :class:`ImageFiles`.
+    A class folder without images is a ``FileNotFoundError`` naming it, as torchvision's; with
+    ``allow_empty=True`` it stays a class (its index kept) without samples. Other args as
+    :class:`ImageFiles`.
     """
 
-    def __init__(self, root, decode: str = "cpu", on_error: str = "raise", extensions=IMG_EXTENSIONS):
+    def __init__(self, root, decode: str = "cpu", on_error: str = "raise", extensions=IMG_EXTENSIONS,
+                 allow_empty: bool = False):
         root = Path(root)
         if not root.is_dir():
             raise FileNotFoundError(f"ImageFolder root {str(root)!r} is not a directory")
@@ -124,9 +127,14 @@ class ImageFolder(ImageFiles):
         if not self.classes:
             raise FileNotFoundError(f"no class folders found in {str(root)!r}")
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
-        samples = [(path, self.class_to_idx[c]) for c in self.classes for path in find_files(root / c, extensions)]
+        found = {c: find_files(root / c, extensions) for c in self.classes}
+        samples = [(path, self.class_to_idx[c]) for c in self.classes for path in found[c]]
         if not samples:
             raise FileNotFoundError(f"no image files with extensions {extensions!r} found in {str(root)!r}")
+        empty = [c for c in self.classes if not found[c]]
+        if empty and not allow_empty:  # torchvision's rule: a class without images is a mistake in the data
+            raise FileNotFoundError(f"no image files with extensions {extensions!r} in the class folder(s) {empty} of "
+                                    f"{str(root)!r} (allow_empty=True keeps them as classes without images)")
         self.samples = samples
         super().__init__([p for p, _ in samples], [y for _, y in samples], decode=decode, on_error=on_error)
         self.targets = self.labels
