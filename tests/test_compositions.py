@@ -156,11 +156,15 @@ def _run(ops: list, images, case: int, ragged: bool, also: str | None = None):
     """The pipeline's ``(out, params)``, or None where it refuses ``ops`` as documented: ragged
     input with no fixed output size, a crop with a fill among other ops that may pad (or ``also``)."""
     try:
-        return ga.Pipeline(*ops, device="cpu", seed=case)(images, return_params=True)
+        pipe = ga.Pipeline(*ops, device="cpu", seed=case)
+        out, params = pipe(images, return_params=True)
     except ValueError as e:
         documented = ("fixed output size" in str(e) and ragged) or "the only op" in str(e)
         assert documented or (also is not None and also in str(e)), (e, ops)
         return None
+    # What was drawn passes replay's checks of what each op could apply, and replays exactly.
+    assert torch.equal(pipe(images, params=params), out), ops
+    return out, params
 
 
 # A nearest pick flips where a source coordinate sits on a midpoint between pixels to within float
