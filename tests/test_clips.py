@@ -1,6 +1,7 @@
 """Video clips: frame folders, packed clips (round trip, corruption), and one draw per clip."""
 
 import multiprocessing
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -236,6 +237,34 @@ def _aged_copy(frames_root, dst):
     shutil.copytree(frames_root, dst)
     time.sleep(0.05)
     return dst
+
+
+def test_packed_clips_keep_the_labels_of_the_frame_folders_when_a_class_has_no_pack(frames_root, tmp_path):
+    """A class whose videos were all left out (--on-error skip) got no folder under DST, so
+    PackedClips numbered the classes after it one lower than FrameFolder did: every pack folder of
+    the source's classes is made now, and a class folder without videos is refused, naming it
+    (torchvision's rule), unless allow_empty=True."""
+    import shutil
+
+    src, dst = _aged_copy(frames_root, tmp_path / "src"), tmp_path / "dst"
+    for frame in (src / "class1" / "video1").iterdir():
+        frame.unlink()  # class1's only video: no frames left
+    shutil.copytree(src / "class0" / "video2", src / "class2" / "video9")
+    (src / "class15").mkdir()  # a class folder without videos
+    with pytest.raises(FileNotFoundError, match=r"class folder\(s\) \['class15'\].*allow_empty=True"):
+        FrameFolder(src)
+    frames = FrameFolder(src, allow_empty=True)
+    assert frames.classes == ["class0", "class1", "class15", "class2"]
+    with pytest.warns(RuntimeWarning, match="video1: no JPEG frames"):
+        assert ga.data.pack_folder(src, dst, progress=False, on_error="skip") == (3, 0, 1)
+    with pytest.raises(FileNotFoundError, match=r"class folder\(s\) \['class1', 'class15'\]"):
+        PackedClips(dst)
+    packs = PackedClips(dst, allow_empty=True)
+    assert packs.classes == frames.classes
+    label_of = {Path(v).relative_to(src).as_posix(): y for v, y in frames.videos}
+    assert {Path(p).relative_to(dst).with_suffix("").as_posix(): y for p, y in packs.videos} == \
+        {v: y for v, y in label_of.items() if v != "class1/video1"}
+    assert label_of["class2/video9"] == 3
 
 
 def _pack_times(root):

@@ -44,13 +44,20 @@ def frame_indices(n_frames: int, frames: int) -> list[int]:
     return [round(i * (n_frames - 1) / (frames - 1)) for i in range(frames)]
 
 
-def _videos(root: Path, is_video) -> tuple[list[str], list[tuple[str, int]]]:
+def _videos(root: Path, is_video, allow_empty: bool) -> tuple[list[str], list[tuple[str, int]]]:
+    """Class folders (sorted) and ``(video, label)`` pairs under ``root``; a class folder without
+    videos is a FileNotFoundError naming it (torchvision's rule for class folders) unless
+    ``allow_empty``, where it keeps its index."""
     if not root.is_dir():
         raise FileNotFoundError(f"clip root {str(root)!r} is not a directory")
     classes = sorted(e.name for e in os.scandir(root) if e.is_dir())
     videos = [(str(p), i) for i, c in enumerate(classes) for p in sorted((root / c).iterdir()) if is_video(p)]
     if not videos:
         raise FileNotFoundError(f"no videos found under {str(root)!r} (expected root/<class>/<video>)")
+    empty = sorted(set(classes) - {classes[label] for _, label in videos})
+    if empty and not allow_empty:
+        raise FileNotFoundError(f"no videos in the class folder(s) {empty} of {str(root)!r} (allow_empty=True keeps "
+                                f"them as classes without clips, so every class keeps its label)")
     return classes, videos
 
 
@@ -73,11 +80,12 @@ def _stack_frames(path: str, images: list[torch.Tensor]) -> torch.Tensor:
 
 class FrameFolder(Dataset):
     """Clips from ``root/<class>/<video>/<frame>.jpg``: items ``(uint8 (T, 3, H, W), label)``,
-    or a :class:`BadFile` for a clip with an unreadable frame."""
+    or a :class:`BadFile` for a clip with an unreadable frame. Labels are the class folders' sorted
+    order; a class folder without videos is a FileNotFoundError unless ``allow_empty=True``."""
 
-    def __init__(self, root, frames: int = 8):
+    def __init__(self, root, frames: int = 8, allow_empty: bool = False):
         self.root, self.frames = Path(root), _check_frames(frames)
-        self.classes, self.videos = _videos(self.root, lambda p: p.is_dir())
+        self.classes, self.videos = _videos(self.root, lambda p: p.is_dir(), allow_empty)
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
 
     def __len__(self) -> int:
@@ -157,16 +165,21 @@ def pack_folder(src, dst, progress: bool = True, on_error: str = "raise", force:
     so an interrupted run resumes where it stopped; ``force=True`` rewrites every pack. A video with
     no JPEG frames, or a frame that cannot be read, raises :class:`DecodeError` naming it
     (``on_error="raise"``: the packs written so far stay), or is left out with a ``RuntimeWarning``
-    naming it (``on_error="skip"``)."""
+    naming it (``on_error="skip"``). Every class folder of ``src`` gets its folder under ``dst``,
+    with packs or without (a class whose videos were all left out, or a class folder without
+    videos), so :class:`PackedClips` reads the labels :class:`FrameFolder` gives."""
     from tqdm.auto import tqdm
 
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error should be 'raise' or 'skip', got {on_error!r}")
-    src_ds = FrameFolder(src, frames=1)
+    src_ds = FrameFolder(src, frames=1, allow_empty=True)
     # DST inside SRC (``gpuaug pack data data/packed``): its class folders are not videos.
     packs = Path(dst).resolve()
     if packs != Path(src).resolve():
         src_ds.videos = [(v, label) for v, label in src_ds.videos if not Path(v).resolve().is_relative_to(packs)]
+    for c in src_ds.classes:
+        if not packs.is_relative_to((Path(src) / c).resolve()):  # (the class folder holding DST is not a class)
+            (Path(dst) / c).mkdir(parents=True, exist_ok=True)
     packed = up_to_date = skipped = 0
     for i in tqdm(range(len(src_ds)), desc="gpuaug pack", disable=not progress, unit="video"):
         video = Path(src_ds.videos[i][0])
@@ -268,11 +281,13 @@ def _decode_frame(path: str, i: int, n: int, data: torch.Tensor) -> torch.Tensor
 
 class PackedClips(Dataset):
     """Clips from ``root/<class>/<video>.pack``: items ``(uint8 (T, 3, H, W), label)``, or a
-    :class:`BadFile` naming the pack file for a corrupt or truncated one."""
+    :class:`BadFile` naming the pack file for a corrupt or truncated one. Labels as
+    :class:`FrameFolder`'s (:func:`pack_folder` makes every class folder of the source, so the
+    two agree); a class folder without packs is a FileNotFoundError unless ``allow_empty=True``."""
 
-    def __init__(self, root, frames: int = 8):
+    def __init__(self, root, frames: int = 8, allow_empty: bool = False):
         self.root, self.frames = Path(root), _check_frames(frames)
-        self.classes, self.videos = _videos(self.root, lambda p: p.suffix == ".pack" and p.is_file())
+        self.classes, self.videos = _videos(self.root, lambda p: p.suffix == ".pack" and p.is_file(), allow_empty)
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
 
     def __len__(self) -> int:
