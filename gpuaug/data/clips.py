@@ -177,8 +177,9 @@ def pack_folder(src, dst, progress: bool = True, on_error: str = "raise", force:
     packs = Path(dst).resolve()
     if packs != Path(src).resolve():
         src_ds.videos = [(v, label) for v, label in src_ds.videos if not Path(v).resolve().is_relative_to(packs)]
-    for c in src_ds.classes:
-        if not packs.is_relative_to((Path(src) / c).resolve()):  # (the class folder holding DST is not a class)
+    with_videos = {label for _, label in src_ds.videos}
+    for i, c in enumerate(src_ds.classes):  # (a folder of SRC holding DST and no video is not a class)
+        if i in with_videos or not packs.is_relative_to((Path(src) / c).resolve()):
             (Path(dst) / c).mkdir(parents=True, exist_ok=True)
     packed = up_to_date = skipped = 0
     for i in tqdm(range(len(src_ds)), desc="gpuaug pack", disable=not progress, unit="video"):
