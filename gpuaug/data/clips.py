@@ -178,9 +178,10 @@ def pack_folder(src, dst, progress: bool = True, on_error: str = "raise", force:
     if packs != Path(src).resolve():
         src_ds.videos = [(v, label) for v, label in src_ds.videos if not Path(v).resolve().is_relative_to(packs)]
     with_videos = {label for _, label in src_ds.videos}
-    for i, c in enumerate(src_ds.classes):  # (a folder of SRC holding DST and no video is not a class)
-        if i in with_videos or not packs.is_relative_to((Path(src) / c).resolve()):
-            (Path(dst) / c).mkdir(parents=True, exist_ok=True)
+    classes = [c for i, c in enumerate(src_ds.classes)  # (a folder of SRC holding DST and no video is not a class)
+               if i in with_videos or not packs.is_relative_to((Path(src) / c).resolve())]
+    for c in classes:
+        (Path(dst) / c).mkdir(parents=True, exist_ok=True)
     packed = up_to_date = skipped = 0
     for i in tqdm(range(len(src_ds)), desc="gpuaug pack", disable=not progress, unit="video"):
         video = Path(src_ds.videos[i][0])
@@ -202,6 +203,11 @@ def pack_folder(src, dst, progress: bool = True, on_error: str = "raise", force:
             continue
         packed += 1
     _warn_of_orphans(Path(dst), {_pack_path(dst, Path(v)) for v, _ in src_ds.videos})
+    empty = [c for c in classes if not any((Path(dst) / c).glob("*.pack"))]
+    if empty:
+        warnings.warn(f"gpuaug pack: the class folder(s) {empty} under {dst} hold no pack (no video of theirs was "
+                      f"packed): PackedClips refuses them unless allow_empty=True, which keeps every class's label",
+                      RuntimeWarning, stacklevel=2)
     return PackCounts(packed, up_to_date, skipped)
 
 
