@@ -51,7 +51,11 @@ def _videos(root: Path, is_video, allow_empty: bool) -> tuple[list[str], list[tu
     if not root.is_dir():
         raise FileNotFoundError(f"clip root {str(root)!r} is not a directory")
     classes = sorted(e.name for e in os.scandir(root) if e.is_dir())
-    videos = [(str(p), i) for i, c in enumerate(classes) for p in sorted((root / c).iterdir()) if is_video(p)]
+    # Sorted by video name, a pack's without its ".pack": PackedClips lists its videos in
+    # FrameFolder's order (by full name "v1-b.pack" would come before "v1.pack", "v1" before "v1-b").
+    by_name = lambda p: p.name.removesuffix(".pack")  # noqa: E731
+    videos = [(str(p), i) for i, c in enumerate(classes) for p in sorted((root / c).iterdir(), key=by_name)
+              if is_video(p)]
     if not videos:
         raise FileNotFoundError(f"no videos found under {str(root)!r} (expected root/<class>/<video>)")
     empty = sorted(set(classes) - {classes[label] for _, label in videos})
