@@ -326,11 +326,17 @@ class Pipeline(nn.Module):
         """Every op's params for ``n`` draws (images, or clips), from the pipeline's generator;
         ``meta``: their shapes and dtypes only, on the meta device, drawing nothing."""
         gen, device = (None, torch.device("meta")) if meta else (self._get_generator(), self.device)
-        return [op.make_params(Draw(n, device, gen, s)) for op, s in self._op_inputs(sizes, frames)]
+        params = [op.make_params(Draw(n, device, gen, s)) for op, s in self._op_inputs(sizes, frames)]
+        if not meta:  # crop boxes remember the sizes they were drawn for (host values: no sync to check)
+            drawn_for = _per_draw(sizes, frames)
+            for op, p in zip(self.ops, params):
+                for v in p.values() if op.PIXEL_PARAMS else ():
+                    setattr(v, _DRAWN_FOR, drawn_for)
+        return params
 
     def _op_inputs(self, sizes: Sizes, frames: int):
         """Each op with the sizes of its input, one per draw (a clip's frames share its size)."""
-        sizes = sizes[::frames] if frames > 1 else sizes
+        sizes = _one_per_draw(sizes, frames)
         for op in self.ops:
             yield op, sizes
             if isinstance(op, GeometricOp):
@@ -582,6 +588,12 @@ class Pipeline(nn.Module):
                 if not isinstance(v, Tensor) or v.shape != want[k].shape:
                     raise ValueError(f"params[{name}][{k!r}] should be a tensor of shape {tuple(want[k].shape)} (first "
                                      f"dimension {n}, one per sample), got {getattr(v, 'shape', type(v).__name__)}")
+            drawn_for = next((getattr(v, _DRAWN_FOR) for v in p.values() if hasattr(v, _DRAWN_FOR)), None)
+            if op.PIXEL_PARAMS and drawn_for is not None and drawn_for != (now := _per_draw(sizes, frames)):
+                j = next(j for j in range(n) if _size_of(drawn_for, j) != _size_of(now, j))
+                raise ValueError(f"params for {name} were drawn for images of other sizes (sample {j}: drawn for "
+                                 "{}x{}, given {}x{}): its crops are pixel positions in the images they were drawn for; "
+                                 "replay them on those images, or draw anew".format(*_size_of(drawn_for, j), *_size_of(now, j)))
             out.append({k: move(v, self.device, want[k].dtype) for k, v in p.items()})
         values = [v for p in params for v in p.values()]
         if all(v.device.type == "cpu" and not isinstance(v, FakeTensor) for v in values) \
@@ -589,6 +601,30 @@ class Pipeline(nn.Module):
             for (op, s), p, want in zip(self._op_inputs(sizes, frames), params, wants):
                 op.check_params({k: v.detach().to(want[k].dtype).numpy() for k, v in p.items()}, s)
         return out
+
+
+# The attribute that a pixel-position param (a crop box: Op.PIXEL_PARAMS) carries from its draw:
+# the sizes of the images it was drawn for, so a replay on other images is caught from host
+# values (reading the params on a GPU would wait for it). A copy, slice or move of the tensor
+# has none, and is checked by its values where it is on the CPU.
+_DRAWN_FOR = "_gpuaug_drawn_for"
+
+
+def _per_draw(sizes: Sizes, frames: int) -> tuple:
+    """The input sizes, one per draw, as a comparable host value: ``(h, w)`` where uniform, else
+    a tuple of ``(h, w)``."""
+    sizes = _one_per_draw(sizes, frames)
+    return tuple(sizes.uniform) if sizes.per_image is None else tuple(map(tuple, sizes.per_image))
+
+
+def _one_per_draw(sizes: Sizes, frames: int) -> Sizes:
+    """The sizes of the first frame of each clip (a clip's frames share its size and its draw)."""
+    return sizes[::frames] if frames > 1 else sizes
+
+
+def _size_of(per_draw: tuple, j: int) -> tuple[int, int]:
+    """Draw ``j``'s ``(h, w)`` in a :func:`_per_draw` value."""
+    return per_draw[j] if isinstance(per_draw[0], tuple) else per_draw
 
 
 def _may_pad(ops: Sequence[Op]) -> list[int]:

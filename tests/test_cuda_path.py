@@ -154,6 +154,26 @@ def test_cuda_path_has_no_host_sync(photos, fake_cuda, layout):
     assert out.shape[-3:] == (3, 64, 64) and out.shape[0] == (2 if "clips" in layout else 4)
 
 
+def test_crop_params_replayed_on_images_of_other_sizes_are_refused_without_reading_them(photos, fake_cuda):
+    """On a GPU replayed params are not read (a host sync); drawn crop boxes carry the sizes of
+    the images they were drawn for as host values, so a replay on other images is refused there
+    too (a box past its image gave wrong pixels: up to 148/255 off on the CPU, where it is now
+    refused by its values)."""
+    batch = torch.stack([p[:, :200, :240] for p in photos])
+    steps = ops()
+    with fake_cuda():
+        pipe = ga.Pipeline(*steps, device="cuda", seed=0)
+        drawn_on, shorter = batch.to("cuda"), batch[:, :, :100].to("cuda")
+        one_shorter = [p[:, : (150 if i == 2 else 200), :240].to("cuda") for i, p in enumerate(photos)]
+        with _BlockingCopies() as copies:
+            _, params = pipe(drawn_on, return_params=True)
+            with pytest.raises(ValueError, match=r"drawn for 200x240, given 100x240"):
+                pipe(shorter, params=params)
+            with pytest.raises(ValueError, match=r"sample 2: drawn for 200x240, given 150x240"):
+                pipe(one_shorter, params=params)
+    assert copies.found == []
+
+
 @pytest.mark.parametrize("steps", [lambda: [ga.Resize(80), ga.CenterCrop((64, 72)), ga.ColorJitter(hue=0.2)],
                                    lambda: [ga.Resize((90, 100)), ga.RandomRotation(20), ga.CenterCrop((64, 72)),
                                             ga.ColorJitter(hue=0.2)],

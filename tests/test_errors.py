@@ -122,8 +122,15 @@ def test_replayed_params_no_op_could_draw_for_these_images_are_refused():
     big, small = torch.rand(2, 3, 40, 50), torch.rand(2, 3, 20, 20)
     crop = ga.Pipeline(ga.RandomResizedCrop(24, scale=(0.9, 1.0)), device="cpu", seed=0)
     _, params = crop(big, return_params=True)
+    # Drawn boxes remember their images' sizes (checked from host values, so on a GPU too) ...
+    for other in (small, torch.rand(2, 3, 60, 70)):
+        with pytest.raises(ValueError, match=r"RandomResizedCrop were drawn for images of other sizes \(sample 0: "
+                                             r"drawn for 40x50, given \d+x\d+\)"):
+            crop(other, params=params)
+    # ... and copies of them (which do not) are read on the CPU: a box past its image is refused.
+    copies = [{k: v.clone() for k, v in p.items()} for p in params]
     with pytest.raises(ValueError, match=r"RandomResizedCrop, sample 0: top=.*inside its image.*image is 20x20"):
-        crop(small, params=params)
+        crop(small, params=copies)
     # Edited to other boxes that fit (the last one exactly), replay gives torchvision's resized crop.
     boxes = torch.tensor([[3.0, 4.0, 10.0, 16.0], [0.0, 0.0, 20.0, 20.0]])
     edited = [dict(zip(("top", "left", "height", "width"), boxes.T))]
@@ -166,8 +173,13 @@ def test_replayed_params_no_op_could_draw_for_these_images_are_refused():
     _, params = crop(clips, return_params=True)
     assert torch.equal(crop(clips, params=params), crop(clips, params=params))
     swapped = ga.PackedImages.pack([torch.rand(2, 3, 20, 20), torch.rand(2, 3, 40, 50)])
-    with pytest.raises(ValueError, match=r"RandomResizedCrop, sample 0: .*image is 20x20"):
+    with pytest.raises(ValueError, match=r"drawn for images of other sizes \(sample 0: drawn for 40x50, given 20x20"):
         crop(swapped, params=params)
+    with pytest.raises(ValueError, match=r"RandomResizedCrop, sample 0: .*image is 20x20"):
+        crop(swapped, params=[{k: v.clone() for k, v in p.items()} for p in params])
+    padded_params = padded(small, return_params=True)[1]
+    with pytest.raises(ValueError, match="RandomCrop were drawn for images of other sizes"):
+        padded(torch.rand(2, 3, 24, 20), params=padded_params)
 
 
 # torchvision raises these for the same mistakes; we must raise the same exception type.

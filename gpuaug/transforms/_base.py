@@ -129,6 +129,10 @@ class Op(nn.Module):
     geometry of all ops into one sampling pass.
     """
 
+    # Whether the params are pixel positions in the op's input (crop boxes): drawn for images of
+    # one size, they mean nothing for images of another (the pipeline refuses such a replay).
+    PIXEL_PARAMS = False
+
     def make_params(self, draw: Draw) -> Params:
         return {}
 

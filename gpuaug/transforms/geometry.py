@@ -132,6 +132,8 @@ class RandomResizedCrop(GeometricOp):
     Params: ``top``, ``left``, ``height``, ``width``: ``(B,)`` float32 holding integers.
     """
 
+    PIXEL_PARAMS = True
+
     def __init__(self, size, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0), interpolation="bilinear",
                  antialias: bool = True):
         super().__init__()
@@ -342,6 +344,8 @@ class RandomCrop(GeometricOp):
     Params: ``top``, ``left``: ``(B,)`` float32 holding integers, the crop's corner in the image
     (negative: inside the padding).
     """
+
+    PIXEL_PARAMS = True
 
     def __init__(self, size, padding=None, pad_if_needed: bool = False, fill=0, padding_mode: str = "constant"):
         super().__init__()
