@@ -898,6 +898,38 @@ def test_one_damaged_jpeg_does_not_send_its_whole_batch_to_the_cpu(tmp_path, pho
     assert loader.stats.skipped == 1
 
 
+def test_gpu_decode_leaves_exif_turned_jpegs_to_the_cpu_decoder(tmp_path, photos):
+    """torchvision's CUDA JPEG decoder ignores apply_exif_orientation (0.26, measured on an H200:
+    an EXIF-rotated photo arrived unrotated): decode="gpu" hands the device only upright JPEGs and
+    decodes the others in the worker, as torchvision's CPU decoder turns them."""
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    photo = photos[2][:, :50, :70]
+    paths = []
+    for orientation in (None, 1, 2, 3, 4, 5, 6, 7, 8):
+        exif = Image.Exif()
+        if orientation is not None:
+            exif[0x0112] = orientation
+        paths.append(tmp_path / f"o{orientation}.jpg")
+        paths[-1].write_bytes(_encoded(photo, "JPEG", exif=exif))
+    damaged = bytearray(paths[-1].read_bytes())
+    at = damaged.index(b"Exif\0\0") + 6
+    damaged[at: at + 8] = b"XXXXXXXX"  # no TIFF header: EXIF that PIL cannot read
+    paths.append(tmp_path / "damaged_exif.jpg")
+    paths[-1].write_bytes(bytes(damaged))
+    ds = ImageFiles(paths, decode="gpu")
+    for i, path in enumerate(paths):
+        item, _ = ds[i]
+        expected = decode_jpeg(torch.frombuffer(bytearray(path.read_bytes()), dtype=torch.uint8),
+                               mode=ImageReadMode.RGB, apply_exif_orientation=True)
+        if i < 2 or path.name == "damaged_exif.jpg" and isinstance(item, Encoded):
+            # for the device, which decodes upright: where torchvision's CPU decoder does too
+            assert isinstance(item, Encoded) and expected.shape == photo.shape, path.name
+        else:
+            assert isinstance(item, torch.Tensor) and torch.equal(item, expected), path.name
+    assert ds[7][0].shape == (3, 70, 50)  # orientation 6: turned
+
+
 def _encoded_gray(photo: torch.Tensor) -> bytes:
     """A one-component (grayscale) JPEG of ``photo``."""
     buffer = io.BytesIO()
