@@ -844,7 +844,7 @@ def test_gpu_decode_falls_back_to_cpu_without_cuda(folder):
 def test_gpu_decode_of_a_corrupt_jpeg_names_the_path(tmp_path, photos):
     good, _ = _bad_files(tmp_path, photos)
     data = good.read_bytes()
-    (tmp_path / "garbled.jpg").write_bytes(data[:600] + bytes(len(data) - 600))
+    (tmp_path / "garbled.jpg").write_bytes(data[:600] + bytes(len(data) - 602) + b"\xff\xd9")  # (its EOI kept)
     ds = ImageFiles([good, tmp_path / "garbled.jpg"], decode="gpu", on_error="raise")
     assert isinstance(ds[1][0], Encoded)
     loader = ga.DeviceLoader(DataLoader(ds, batch_size=2, collate_fn=collate), device="cpu")
@@ -867,7 +867,8 @@ def test_one_damaged_jpeg_does_not_send_its_whole_batch_to_the_cpu(tmp_path, pho
     from gpuaug.data.decode import decode_rgb
 
     good = [_encoded(p[:, :64, :80], "JPEG", quality=90) for p in photos]
-    truncated = good[0][: len(good[0]) // 3]  # refused by libjpeg too
+    scan = good[0].index(b"\xff\xda")  # cut in the middle of the scan data, an EOI put back (for the device)
+    truncated = good[0][: (scan + len(good[0])) // 2] + b"\xff\xd9"  # libjpeg reads it (gray where cut)
     ds = ImageFiles([tmp_path / f"{i}.jpg" for i in range(6)], decode="gpu", on_error="skip")
     for i, data in enumerate(good[:2] + [truncated] + good[2:] + [good[1]]):
         (tmp_path / f"{i}.jpg").write_bytes(data)
@@ -875,7 +876,7 @@ def test_one_damaged_jpeg_does_not_send_its_whole_batch_to_the_cpu(tmp_path, pho
 
     def stand_in(data, mode, device, apply_exif_orientation):
         device_calls.append(len(data) if isinstance(data, list) else 1)
-        if isinstance(data, list) or bytes(data[-2:].numpy()) != b"\xff\xd9":
+        if isinstance(data, list) or bytes(data.numpy()) == truncated:
             raise RuntimeError("nvjpeg: the stand-in refuses a batch with a damaged file, and that file")
         return decode_rgb("device", data)
 
@@ -887,18 +888,17 @@ def test_one_damaged_jpeg_does_not_send_its_whole_batch_to_the_cpu(tmp_path, pho
     monkeypatch.setattr(loader_module, "decode_rgb", lambda path, data: cpu_calls.append(path) or decode_rgb(path, data))
     items = [(i, ds[i][0]) for i in range(6)]
     assert all(isinstance(x, Encoded) for _, x in items)  # the workers' part: bytes, checked
-    with pytest.warns(RuntimeWarning, match="2.jpg"):
-        decoded = loader._decode(items)
-    assert [i for i, _ in decoded] == [0, 1, 3, 4, 5]
+    decoded = loader._decode(items)
+    assert [i for i, _ in decoded] == [0, 1, 2, 3, 4, 5]
     for i, img in decoded:
         assert torch.equal(img, decode_rgb("x", torch.frombuffer(bytearray((tmp_path / f"{i}.jpg").read_bytes()),
                                                                  dtype=torch.uint8)))
     assert device_calls == [6, 1, 1, 1, 1, 1, 1]  # the batch, then each file once on the device
     assert cpu_calls == [str(tmp_path / "2.jpg")]  # only the file the device refused
-    assert loader.stats.skipped == 1
+    assert loader.stats.skipped == 0
 
 
-def test_gpu_decode_leaves_exif_turned_jpegs_to_the_cpu_decoder(tmp_path, photos):
+def test_gpu_decode_leaves_exif_turned_and_cut_jpegs_to_the_cpu_decoder(tmp_path, photos):
     """torchvision's CUDA JPEG decoder ignores apply_exif_orientation (0.26, measured on an H200:
     an EXIF-rotated photo arrived unrotated): decode="gpu" hands the device only upright JPEGs and
     decodes the others in the worker, as torchvision's CPU decoder turns them."""
@@ -928,6 +928,15 @@ def test_gpu_decode_leaves_exif_turned_jpegs_to_the_cpu_decoder(tmp_path, photos
         else:
             assert isinstance(item, torch.Tensor) and torch.equal(item, expected), path.name
     assert ds[7][0].shape == (3, 70, 50)  # orientation 6: turned
+    # nvJPEG decoded a JPEG cut short without an error (H200, torchvision 0.26), where libjpeg
+    # refuses it: a JPEG that does not end with EOI is decoded in the worker too.
+    upright = paths[0].read_bytes()
+    (tmp_path / "cut.jpg").write_bytes(upright[: len(upright) // 3])
+    (tmp_path / "trailing.jpg").write_bytes(upright + b"camera maker's trailer")
+    odd = ImageFiles([tmp_path / "cut.jpg", tmp_path / "trailing.jpg"], decode="gpu")
+    assert isinstance(odd[0][0], BadFile) and odd[0][0].path.endswith("cut.jpg")
+    assert torch.equal(odd[1][0], decode_jpeg(torch.frombuffer(bytearray(upright), dtype=torch.uint8),
+                                              mode=ImageReadMode.RGB))
 
 
 def _encoded_gray(photo: torch.Tensor) -> bytes:

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import Dataset
 
-from .decode import DecodeError, check_size, decode_rgb, exif_turned, is_jpeg, read_bytes
+from .decode import DecodeError, check_size, decode_rgb, device_decodable, read_bytes
 
 # torchvision's ImageFolder list, so both take the same files; GIF, AVIF and others decode too when
 # named in ``extensions`` (decode.py reads every format PIL reads).
@@ -77,7 +77,7 @@ class ImageFiles(Dataset):
         path = self.paths[index]
         try:
             data = read_bytes(path)
-            if self.decode == "gpu" and is_jpeg(data) and not exif_turned(data):
+            if self.decode == "gpu" and device_decodable(data):
                 check_size(path, data)
                 item = Encoded(path, data)
             else:
