@@ -327,8 +327,8 @@ class Pipeline(nn.Module):
         ``meta``: their shapes and dtypes only, on the meta device, drawing nothing."""
         gen, device = (None, torch.device("meta")) if meta else (self._get_generator(), self.device)
         params = [op.make_params(Draw(n, device, gen, s)) for op, s in self._op_inputs(sizes, frames)]
-        if not meta:  # crop boxes remember the sizes they were drawn for (host values: no sync to check)
-            drawn_for = _per_draw(sizes, frames)
+        if not meta and any(op.PIXEL_PARAMS for op in self.ops):  # crop boxes remember the sizes they
+            drawn_for = _per_draw(sizes, frames)  # were drawn for (host values: no sync to check)
             for op, p in zip(self.ops, params):
                 for v in p.values() if op.PIXEL_PARAMS else ():
                     setattr(v, _DRAWN_FOR, drawn_for)
