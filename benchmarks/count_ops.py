@@ -2,7 +2,7 @@
 
 No GPU needed: with ``gpuaug.cpu.OWN_PATH = False`` the pipeline runs on the CPU exactly as on
 CUDA, and every non-view aten op it dispatches would be one kernel launch there. Prints the count
-per stage (draw, plan, geometry, each color op, finish) for the README pipeline (`gpuaug bench`'s
+per stage (draw, plan, geometry, each color op, finish), and the host arrays copied to the device, for the README pipeline (`gpuaug bench`'s
 ops, with an 8x8 output) and the time of a call on ``--batch`` ~16x20 images: almost all of it is dispatch, the
 host's per-batch cost that a GPU cannot hide when it launches kernels faster than they run.
 
@@ -85,8 +85,17 @@ def _measure(pipe, x, calls: int, show_ops: bool, label: str) -> None:
         pipe(x)
         best = min(best, time.perf_counter() - t)
     total = time.perf_counter() - start
-    with _Count() as counter:
-        pipe(x)
+    copies, from_numpy = [0], torch.from_numpy
+
+    def counted(array):  # each host array made a tensor is one host-to-device copy on CUDA
+        copies[0] += 1
+        return from_numpy(array)
+    torch.from_numpy = counted
+    try:
+        with _Count() as counter:
+            pipe(x)
+    finally:
+        torch.from_numpy = from_numpy
     order = ["draw", "plan", "geometry", *[type(pipe.ops[i]).__name__ for i in pipe._color_at], "color (Triton)", "finish",
              "other"]
     counts = " | ".join(f"{k} {counter.counts[k]}" for k in order if counter.counts[k])
@@ -95,7 +104,7 @@ def _measure(pipe, x, calls: int, show_ops: bool, label: str) -> None:
     if kernel is not None:
         launches = kernel.launches // (calls + 2)
         extra = f" | Triton launches {launches}"
-    print(f"{label}: {counts}{extra} | total {sum(counter.counts.values()) + launches}")
+    print(f"{label}: {counts}{extra} | total {sum(counter.counts.values()) + launches} | host copies {copies[0]}")
     print(f"  call on {len(x)} ~16x20 images (~dispatch): fastest {best * 1e3:.2f} ms, mean {total / calls * 1e3:.2f} ms")
     if show_ops:
         for stage in order:

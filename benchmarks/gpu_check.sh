@@ -32,7 +32,7 @@ fi
 } | tee "$OUT/device.txt"
 
 echo "== CUDA tests"
-timeout 150 $PY -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_cuda_path.py \
+timeout 150 $PY -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_cuda_path.py tests/test_cuda_graph.py \
   tests/test_data.py::test_device_loader_on_cuda_overlaps_and_matches_cpu \
   tests/test_data.py::test_gpu_decode_falls_back_to_cpu_without_cuda \
   tests/test_data.py::test_device_loader_on_cuda_without_pipeline_keeps_ragged_batches_packed \
@@ -51,6 +51,10 @@ timeout 75 $PY benchmarks/compile_check.py --device cuda --batch 256 --mode redu
 
 echo "== where the CUDA pipeline's time goes (batch 256)"
 timeout 45 $PY benchmarks/profile_pipeline.py --device cuda --batch 256 2>&1 | tee "$OUT/profile_gpu.txt" | tail -n 28
+
+echo "== the same with Pipeline(cuda_graph=True): the call recorded once, replayed (host work per call)"
+timeout 45 $PY benchmarks/profile_pipeline.py --device cuda --batch 256 --rows 8 --cuda-graph 2>&1 \
+  | tee "$OUT/profile_gpu_graph.txt" | tail -n 14
 
 echo "== the same with the torch color kernels instead of the Triton one (GPUAUG_TRITON=0)"
 GPUAUG_TRITON=0 timeout 45 $PY benchmarks/profile_pipeline.py --device cuda --batch 256 --rows 8 2>&1 \

@@ -9,7 +9,8 @@ Rows, per device and batch size:
 4. gpuaug on the batch, and on the ragged list as a DataLoader with a list collate gives it; on
    CUDA also on the ragged images as :func:`gpuaug.data.collate` gives them (one buffer,
    :class:`gpuaug.PackedImages`; on the CPU the same work as the list) and with its torch kernels
-   instead of its Triton kernels (``GPUAUG_TRITON=0``).
+   instead of its Triton kernels (``GPUAUG_TRITON=0``), and with ``cuda_graph=True`` (the call
+   recorded once as a CUDA graph and replayed: :mod:`gpuaug.cuda_graph`).
 
 Batched rows get the photos resized once to a common 375x500 (kornia and torchvision cannot take a
 ragged list), uint8 and already on the device. Timings are medians over ``repeats`` after a
@@ -46,13 +47,15 @@ GPUAUG = "gpuaug"
 GPUAUG_RAGGED = "gpuaug, ragged list input"
 GPUAUG_PACKED = "gpuaug, ragged PackedImages input"
 GPUAUG_TORCH_KERNELS = "gpuaug, torch kernels only (GPUAUG_TRITON=0)"
+GPUAUG_GRAPH = "gpuaug, cuda_graph=True (recorded call replayed)"
 # Other libraries' rows: one that fails is reported as failed and the run goes on.
 PEERS = (KORNIA, KORNIA_COMPILED, TORCHVISION_BATCH)
 
 
-def gpuaug_pipeline(device) -> Pipeline:
+def gpuaug_pipeline(device, cuda_graph: bool = False) -> Pipeline:
     return Pipeline(RandomResizedCrop(SIZE), RandomHorizontalFlip(), RandomRotation(15),
-                    ColorJitter(0.4, 0.4, 0.4, 0.1), Normalize(IMAGENET_MEAN, IMAGENET_STD), device=device, seed=0)
+                    ColorJitter(0.4, 0.4, 0.4, 0.1), Normalize(IMAGENET_MEAN, IMAGENET_STD), device=device, seed=0,
+                    cuda_graph=cuda_graph)
 
 
 def torchvision_transform():
@@ -123,6 +126,8 @@ def _jobs(device: torch.device, ragged: list[torch.Tensor]):
         packed = PackedImages.pack(ragged).to(device)
         jobs.append((GPUAUG_PACKED, lambda: ours(packed), 2))
         jobs.append((GPUAUG_TORCH_KERNELS, lambda: _without_triton(ours, uniform), 2))
+        graphed = gpuaug_pipeline(device, cuda_graph=True)
+        jobs.append((GPUAUG_GRAPH, lambda: graphed(uniform), 3))  # eager, recorded, replayed
     return jobs
 
 
@@ -152,7 +157,7 @@ def run(devices=None, batch_sizes=(64, 256), repeats: int = 5, progress: bool = 
     rows = []
     plan = [(d, b) for d in devices for b in batch_sizes]
     has_kornia = kornia_augment("cpu") is not None
-    per_plan = {"cpu": 4 + has_kornia, "cuda": 3 + 2 * has_kornia}
+    per_plan = {"cpu": 4 + has_kornia, "cuda": 6 + 2 * has_kornia}
     bar = tqdm(total=sum(per_plan.get(d.type, 5) for d, _ in plan), desc="gpuaug bench", disable=not progress, unit="run")
     threads = torch.get_num_threads()
     try:

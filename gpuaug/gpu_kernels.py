@@ -544,6 +544,8 @@ def guarded(launch, *args, **kwargs):
     except (TypeError, ValueError, torch.OutOfMemoryError):
         raise
     except Exception as error:  # noqa: BLE001 - any compile or launch failure: fall back, loudly
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            raise  # a CUDA graph being recorded: its recording fails (gpuaug.cuda_graph), not the kernels
         _state["broken"] = True
         warnings.warn(f"gpuaug: the Triton kernels failed ({type(error).__name__}: {error}); "
                       "using the torch kernels from now on", RuntimeWarning, stacklevel=3)

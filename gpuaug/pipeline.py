@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from torch._subclasses.fake_tensor import FakeTensor
 
 from . import cpu, native
+from .cuda_graph import GraphedCalls
 from .device import select_device
 from .inputs import check_float_range, checked_dtype, checked_seed, inspect_images
 from .packed import PackedImages
@@ -51,6 +52,11 @@ class Pipeline(nn.Module):
         seed: seed of the pipeline's own generator; ``None`` draws one from torch's global RNG
             (so ``torch.manual_seed`` makes it repeatable too).
         channels_last: return channels-last memory format.
+        cuda_graph: on CUDA, record the call for a batch tensor as a CUDA graph (one per input
+            shape, from its second call on) and replay it, instead of launching its ~100 small
+            kernels one by one: see :mod:`gpuaug.cuda_graph`. The outputs are those of an eager
+            pipeline with the same seed. Ignored elsewhere, for ragged batches, replayed params,
+            under ``torch.compile`` and autocast.
 
     Shape:
         - input: uint8 or float ``(B, C, H, W)``, C in {1, 3}; a list of ``(C, H, W)`` tensors of
@@ -69,7 +75,7 @@ class Pipeline(nn.Module):
     """
 
     def __init__(self, *ops: Op, device=None, dtype: torch.dtype | None = None, seed: int | None = None,
-                 channels_last: bool = False):
+                 channels_last: bool = False, cuda_graph: bool = False):
         super().__init__()
         if len(ops) == 1 and isinstance(ops[0], (list, tuple)):
             ops = tuple(ops[0])
@@ -98,6 +104,9 @@ class Pipeline(nn.Module):
                                and ops[i].fills and i not in self._plain_crops), None)
         self.dtype = checked_dtype(dtype)
         self.channels_last = bool(channels_last)
+        if not isinstance(cuda_graph, bool):
+            raise TypeError(f"cuda_graph must be True or False, got {cuda_graph!r}")
+        self._graphs = GraphedCalls() if cuda_graph else None
         self.seed = int(torch.randint(0, 2**62, (1,)).item()) if seed is None else checked_seed(seed)
         self._generator: torch.Generator | None = None
         self._owner: tuple | None = None  # (process, worker seed) the generator was seeded for
@@ -166,8 +175,13 @@ class Pipeline(nn.Module):
     def device(self) -> torch.device:
         return self._anchor.device
 
+    @property
+    def cuda_graph(self) -> bool:
+        return self._graphs is not None
+
     def extra_repr(self) -> str:
-        return f"device={self.device}, dtype={self.dtype}, seed={self.seed}, channels_last={self.channels_last}"
+        graph = ", cuda_graph=True" if self.cuda_graph else ""
+        return f"device={self.device}, dtype={self.dtype}, seed={self.seed}, channels_last={self.channels_last}{graph}"
 
     def manual_seed(self, seed: int) -> Pipeline:
         """Restart the pipeline's random stream from ``seed``."""
@@ -229,8 +243,20 @@ class Pipeline(nn.Module):
 
     def forward(self, images, params: list[Params] | None = None, return_params: bool = False):
         if isinstance(images, Tensor):
+            if self._graphs is not None and params is None and self._graphable():
+                items, _, _, _ = inspect_images(images)  # the checks an eager call makes first
+                check_float_range(items[0] if items.dim() == 4 else items)
+                out = self._graphs.run(self, images, return_params)
+                if out is not None:
+                    return out
             return self._forward(images, params, return_params)
         return self._forward_eagerly(images, params, return_params)
+
+    def _graphable(self) -> bool:
+        """Whether a batch tensor may go through a recorded CUDA graph (``cuda_graph=True``)."""
+        return (self.device.type == "cuda" and not torch.compiler.is_compiling()
+                and not torch.is_autocast_enabled("cuda") and torch.utils.data.get_worker_info() is None
+                and torch.cuda.is_available() and not torch.cuda.is_current_stream_capturing())
 
     # Under torch.compile a ragged batch (a list, PackedImages) runs eagerly: its sizes are host-side
     # Python values the plan branches on, so each new set of sizes recompiled the whole call

@@ -14,12 +14,37 @@ from torch import Tensor, nn
 Params = dict[str, Tensor]
 
 
+# Small host constants already copied to a device: (device, dtype, shape, bytes) -> tensor.
+_CONSTANTS: dict = {}
+_CONSTANT_SIZE, _CONSTANTS_KEPT = 16, 1024
+
+
 def to_device(values, device, dtype: str = "float32") -> Tensor:
     """Host values (numbers, nested lists or tuples, a numpy array) as a ``dtype`` tensor on
     ``device`` by one non-blocking copy: a blocking host-to-device copy would be a stream sync on
     CUDA. (Through numpy: 2-3x faster than ``torch.tensor`` on a list, ~80 against ~140 us for 256
-    rows of 4.)"""
-    return torch.from_numpy(np.array(values, dtype=dtype)).to(device, non_blocking=True)
+    rows of 4.)
+
+    Up to 16 values (an image size, a fill, the fallback crop of a batch of one size) are copied
+    once and the same tensor is returned for the same values afterwards: a batch of one size
+    made five such copies a call, each a host-to-device transfer on CUDA. Callers must not
+    change the result in place."""
+    array = np.array(values, dtype=dtype)
+    if array.size > _CONSTANT_SIZE or torch.compiler.is_compiling():
+        return torch.from_numpy(array).to(device, non_blocking=True)
+    key = (device if isinstance(device, torch.device) else torch.device(device), array.dtype.str, array.shape,
+           array.tobytes())
+    kept = _CONSTANTS.get(key)
+    if kept is None:
+        if key[0].type == "cuda" and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            # A CUDA graph would replay a copy from host memory freed by then (gpuaug.cuda_graph).
+            raise RuntimeError(f"host values {array.tolist()} not yet on {device} while a CUDA graph is recorded")
+        kept = torch.from_numpy(array).to(device, non_blocking=True)
+        if type(kept) is Tensor and kept.device.type != "meta":  # not a stand-in (fake, meta) holding no values
+            if len(_CONSTANTS) >= _CONSTANTS_KEPT:
+                _CONSTANTS.clear()
+            _CONSTANTS[key] = kept
+    return kept
 
 
 def move(t, device, dtype: torch.dtype | None = None):
@@ -45,6 +70,7 @@ class Sizes:
             uniform, per_image = per_image[0], None
         self.uniform, self.per_image = uniform, per_image
         self._array: np.ndarray | None = None
+        self._pairs: Tensor | None = None
         self._rows: dict = {}  # fn -> rows(fn)
         self._maps: dict = {}  # fn -> map(fn)
 
@@ -91,11 +117,13 @@ class Sizes:
         return h, w
 
     def pairs(self, n: int, device) -> Tensor:
-        """``(n, 2)`` float32 ``[height, width]`` rows on ``device``: one non-blocking copy (an
-        expanded view of one row where the sizes are uniform)."""
+        """``(n, 2)`` float32 ``[height, width]`` rows on ``device``: one non-blocking copy, made
+        once (an expanded view of one row where the sizes are uniform). Not to be changed in place."""
         if self.per_image is None:
             return to_device(self.uniform, device).expand(n, 2)
-        return to_device(self.array(), device)
+        if self._pairs is None or self._pairs.device != torch.device(device):  # asked for several times a call
+            self._pairs = to_device(self.array(), device)
+        return self._pairs
 
 
 @dataclass

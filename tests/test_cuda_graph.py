@@ -1,0 +1,173 @@
+"""``Pipeline(cuda_graph=True)``: a recorded call replays what an eager pipeline with the same seed
+computes, call for call. The CUDA checks skip without a GPU; the rest runs everywhere."""
+
+import copy
+import pickle
+import warnings
+
+import pytest
+import torch
+
+import gpuaug as ga
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def ops():
+    return [ga.RandomResizedCrop(224), ga.RandomHorizontalFlip(), ga.RandomRotation(15),
+            ga.ColorJitter(0.4, 0.4, 0.4, 0.1), ga.RandomGrayscale(0.2), ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD)]
+
+
+def batch(photos, n=16, size=(375, 500)):
+    return torch.stack([torch.nn.functional.interpolate(photos[i % len(photos)][None].float(), size=size)[0]
+                        for i in range(n)]).round().to(torch.uint8)
+
+
+def test_cuda_graph_is_a_bool_kept_by_copies_and_ignored_on_the_cpu(photos):
+    with pytest.raises(TypeError, match="cuda_graph must be True or False, got 'yes'"):
+        ga.Pipeline(*ops(), cuda_graph="yes")
+    x = batch(photos, 4, (60, 80))
+    graphed = ga.Pipeline(*ops(), device="cpu", seed=4, cuda_graph=True)
+    eager = ga.Pipeline(*ops(), device="cpu", seed=4)
+    assert "cuda_graph=True" in repr(graphed) and "cuda_graph" not in repr(eager)
+    for _ in range(3):
+        assert torch.equal(graphed(x), eager(x))
+    for other in (copy.deepcopy(graphed), pickle.loads(pickle.dumps(graphed))):
+        assert other.cuda_graph and other(x).shape == (4, 3, 224, 224)
+
+
+@cuda
+def test_replays_equal_an_eager_pipeline_with_the_same_seed_call_for_call(photos):
+    x = batch(photos).cuda()
+    ragged = [p[:, :300, :400].cuda() for p in photos]
+    graphed = ga.Pipeline(*ops(), device="cuda", seed=11, cuda_graph=True)
+    eager = ga.Pipeline(*ops(), device="cuda", seed=11)
+    kept = []
+    for call in range(6):
+        if call == 3:  # an eager call in between (ragged batches are not recorded) moves both streams alike
+            assert torch.equal(graphed(ragged), eager(ragged))
+        out, params = graphed(x, return_params=True)
+        ref, ref_params = eager(x, return_params=True)
+        assert torch.equal(out, ref), call
+        for p, q in zip(params, ref_params):
+            assert p.keys() == q.keys() and all(torch.equal(p[k], q[k]) for k in p)
+        kept.append((out, out.clone()))
+    assert len(graphed._graphs._graphs) == 1
+    for out, saved in kept:  # each call's output is its own: later replays did not overwrite it
+        assert torch.equal(out, saved)
+    assert not torch.equal(kept[-1][0], kept[-2][0])
+    # The params a replay returns replay to the same output (eagerly), and keep the sizes they were drawn for.
+    assert torch.equal(graphed(x, params=params), out)
+    with pytest.raises(ValueError, match="drawn for"):
+        graphed(x[:, :, :200, :300].contiguous(), params=params)
+
+
+@cuda
+def test_two_shapes_a_reseed_and_a_cpu_batch(photos):
+    small, large = batch(photos, 8, (200, 260)), batch(photos, 16)
+    graphed = ga.Pipeline(*ops(), device="cuda", seed=2, cuda_graph=True)
+    eager = ga.Pipeline(*ops(), device="cuda", seed=2)
+    for x in (small, large, small.cuda(), large.cuda(), small.cuda(), large, small.pin_memory()):
+        assert torch.equal(graphed(x), eager(x))
+    graphed.manual_seed(5)
+    eager.manual_seed(5)
+    for _ in range(3):
+        assert torch.equal(graphed(large), eager(large))
+    clips = large.view(4, 4, 3, 375, 500).cuda()
+    for _ in range(3):
+        assert torch.equal(graphed(clips), eager(clips))
+
+
+@cuda
+def test_a_replay_does_not_sync_with_the_host(photos):
+    x = batch(photos).cuda()
+    graphed = ga.Pipeline(*ops(), device="cuda", seed=0, cuda_graph=True)
+    graphed(x)
+    graphed(x)  # recorded here (a recording synchronizes once)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(3):
+            out = graphed(x)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert out.shape == (16, 3, 224, 224)
+
+
+@cuda
+def test_a_failed_recording_runs_eagerly_with_one_warning(photos, monkeypatch):
+    x = batch(photos, 4).cuda()
+    graphed = ga.Pipeline(*ops(), device="cuda", seed=1, cuda_graph=True)
+    eager = ga.Pipeline(*ops(), device="cuda", seed=1)
+    assert torch.equal(graphed(x), eager(x))
+
+    class Refuses:
+        def register_generator_state(self, generator):
+            raise RuntimeError("no graphs here")
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", Refuses)
+    with pytest.warns(RuntimeWarning, match="recording a CUDA graph .* failed .*no graphs here"):
+        assert torch.equal(graphed(x), eager(x))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert torch.equal(graphed(x), eager(x))
+
+
+# ---- the small host values a call needs are copied to the device once (what lets a call be recorded)
+
+
+def _host_copies(monkeypatch, call) -> int:
+    """How many host arrays ``call()`` made tensors (each one a host-to-device copy on CUDA)."""
+    count, from_numpy = [0], torch.from_numpy
+
+    def counted(array):
+        count[0] += 1
+        return from_numpy(array)
+
+    monkeypatch.setattr(torch, "from_numpy", counted)
+    call()
+    monkeypatch.setattr(torch, "from_numpy", from_numpy)
+    return count[0]
+
+
+@pytest.mark.parametrize("steps", [
+    lambda: ops(),
+    lambda: [ga.RandomCrop(48, padding=4, fill=(0.1, 0.2, 0.3)), ga.RandomRotation(20, fill=0.5), ga.RandomVerticalFlip(),
+             ga.CenterCrop(40)],
+    lambda: [ga.Resize((50, 70)), ga.RandomCrop((44, 60), pad_if_needed=True), ga.RandomHorizontalFlip()],
+], ids=["README", "crop fill rotation", "resize crop"])
+def test_a_batch_of_one_size_copies_no_host_values_after_its_first_call(photos, monkeypatch, steps):
+    monkeypatch.setattr(ga.cpu, "OWN_PATH", False)  # the CUDA code path, on the CPU
+    x = batch(photos, 6, (60, 80))
+    pipe, again = ga.Pipeline(*steps(), device="cpu", seed=3), ga.Pipeline(*steps(), device="cpu", seed=3)
+    assert _host_copies(monkeypatch, lambda: pipe(x)) <= 8
+    out = []
+    assert _host_copies(monkeypatch, lambda: out.append(pipe(x))) == 0
+    again(x)
+    assert torch.equal(out[0], again(x))  # the kept values are the values
+
+
+def test_kept_values_are_never_changed_in_place(photos, monkeypatch):
+    """Every op and composition of tests/generators.py, on the CUDA code path and the CPU's, twice:
+    each kept device value still holds the host values it was kept for."""
+    import random
+
+    from generators import composition_ops, corner_ops, more_composition_ops
+    from gpuaug.transforms import _base
+
+    for own in (False, True):
+        monkeypatch.setattr(ga.cpu, "OWN_PATH", own)
+        for case in range(30):
+            rng = random.Random(case)
+            steps = (composition_ops, more_composition_ops, corner_ops)[case % 3](rng)
+            x = torch.stack([p[:, :40, :48] for p in photos])
+            try:
+                pipe = ga.Pipeline(*steps, device="cpu", seed=case)
+                pipe(x)
+                pipe(x)
+            except ValueError:
+                continue
+    assert len(_base._CONSTANTS) > 10
+    for (device, dtype, shape, data), kept in _base._CONSTANTS.items():
+        assert kept.device == device and tuple(kept.shape) == shape
+        assert kept.cpu().numpy().astype(dtype).tobytes() == data, (shape, kept)
