@@ -41,7 +41,7 @@ class _Graph:
 
     def __init__(self, graph, static_in: Tensor, out: Tensor, params: list, generator: torch.Generator):
         self.graph, self.static_in, self.out, self.params, self.generator = graph, static_in, out, params, generator
-        self.done: torch.cuda.Event | None = None
+        self.done = torch.cuda.Event()  # waiting on it before its first record waits for nothing
 
 
 class GraphedCalls:
@@ -68,10 +68,11 @@ class GraphedCalls:
             self._graphs.clear()
             self._seen.clear()
 
+    @torch.no_grad()  # float input that requires grad: the copy into the graph's input records nothing
     def run(self, pipeline, images: Tensor, return_params: bool):
         key = (tuple(images.shape), images.stride(), images.dtype, images.device)
         device = pipeline.device
-        with self._lock:
+        with self._lock, torch.cuda.device(device):
             generator = pipeline._get_generator()
             entry = self._graphs.get(key)
             if entry is not None and entry.generator is not generator:  # reseeded: recorded for another
@@ -89,13 +90,11 @@ class GraphedCalls:
                     return None
             self._graphs.move_to_end(key)
             stream = torch.cuda.current_stream(device)
-            if entry.done is not None:  # a copy of the last outputs may still be reading them
-                stream.wait_event(entry.done)
+            stream.wait_event(entry.done)  # another stream's copy of the last outputs may still read them
             entry.static_in.copy_(images, non_blocking=True)
             entry.graph.replay()
             out = entry.out.clone()
             params = [{k: _copy(v) for k, v in p.items()} for p in entry.params] if return_params else None
-            entry.done = torch.cuda.Event()
             entry.done.record(stream)
         return (out, params) if return_params else out
 

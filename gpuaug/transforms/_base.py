@@ -14,9 +14,9 @@ from torch import Tensor, nn
 Params = dict[str, Tensor]
 
 
-# Small host constants already copied to a device: (device, dtype, shape, bytes) -> tensor.
+# Small host constants already copied to a device: (device, dtype, values) -> tensor.
 _CONSTANTS: dict = {}
-_CONSTANT_SIZE, _CONSTANTS_KEPT = 16, 1024
+_CONSTANT_ROWS, _CONSTANTS_KEPT = 16, 1024
 
 
 def to_device(values, device, dtype: str = "float32") -> Tensor:
@@ -25,26 +25,29 @@ def to_device(values, device, dtype: str = "float32") -> Tensor:
     CUDA. (Through numpy: 2-3x faster than ``torch.tensor`` on a list, ~80 against ~140 us for 256
     rows of 4.)
 
-    Up to 16 values (an image size, a fill, the fallback crop of a batch of one size) are copied
-    once and the same tensor is returned for the same values afterwards: a batch of one size
-    made five such copies a call, each a host-to-device transfer on CUDA. Callers must not
-    change the result in place."""
-    array = np.array(values, dtype=dtype)
-    if array.size > _CONSTANT_SIZE or torch.compiler.is_compiling():
-        return torch.from_numpy(array).to(device, non_blocking=True)
-    key = (device if isinstance(device, torch.device) else torch.device(device), array.dtype.str, array.shape,
-           array.tobytes())
-    kept = _CONSTANTS.get(key)
-    if kept is None:
-        if key[0].type == "cuda" and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+    A tuple or list of up to 16 numbers or tuples of numbers (an image size, a fill, the fallback
+    crop of a batch of one size) is copied once: the same tensor comes back for the same values
+    afterwards, found without numpy. A batch of one size made five such copies a call, each a
+    host-to-device transfer on CUDA. Callers must not change the result in place."""
+    key = None
+    if isinstance(values, (tuple, list)) and len(values) <= _CONSTANT_ROWS and not torch.compiler.is_compiling():
+        key = (device, dtype, tuple(values))
+        try:
+            kept = _CONSTANTS.get(key)
+        except TypeError:  # unhashable items (lists): not kept
+            key = kept = None
+        if kept is not None:
+            return kept
+        if isinstance(device, (str, torch.device)) and torch.device(device).type == "cuda" \
+                and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
             # A CUDA graph would replay a copy from host memory freed by then (gpuaug.cuda_graph).
-            raise RuntimeError(f"host values {array.tolist()} not yet on {device} while a CUDA graph is recorded")
-        kept = torch.from_numpy(array).to(device, non_blocking=True)
-        if type(kept) is Tensor and kept.device.type != "meta":  # not a stand-in (fake, meta) holding no values
-            if len(_CONSTANTS) >= _CONSTANTS_KEPT:
-                _CONSTANTS.clear()
-            _CONSTANTS[key] = kept
-    return kept
+            raise RuntimeError(f"host values {values} not yet on {device} while a CUDA graph is recorded")
+    out = torch.from_numpy(np.array(values, dtype=dtype)).to(device, non_blocking=True)
+    if key is not None and type(out) is Tensor and out.device.type != "meta":  # not a stand-in holding no values
+        if len(_CONSTANTS) >= _CONSTANTS_KEPT:
+            _CONSTANTS.clear()
+        _CONSTANTS[key] = out
+    return out
 
 
 def move(t, device, dtype: torch.dtype | None = None):
@@ -140,10 +143,16 @@ class Draw:
         """``(n, *shape)`` float32 uniform in ``[low, high)``."""
         return torch.empty((self.n, *shape), device=self.device).uniform_(low, high, generator=self.generator)
 
-    def integers(self, high: Tensor) -> Tensor:
+    def rand(self, *shape: int) -> Tensor:
+        """``(n, *shape)`` float32 uniform in ``[0, 1)``: one kernel for all of an op's draws."""
+        return torch.rand((self.n, *shape), generator=self.generator, device=self.device)
+
+    def integers(self, high: Tensor, u: Tensor | None = None) -> Tensor:
         """Integers (float32) uniform in ``[0, high]``, one per element of ``high`` (``(n, k)``, holding
-        integers): a crop's place in the room it has."""
-        return torch.minimum(torch.floor(self.uniform(0, 1, *high.shape[1:]) * (high + 1)), high)
+        integers): a crop's place in the room it has. ``u``: uniforms in [0, 1) of that shape, else
+        drawn here."""
+        u = self.rand(*high.shape[1:]) if u is None else u
+        return torch.minimum(torch.floor(torch.addcmul(u, u, high)), high)  # floor(u * (high + 1)), at most high
 
     def bernoulli(self, p: float) -> Tensor:
         """``(n,)`` bool, each True with probability ``p``."""

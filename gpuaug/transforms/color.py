@@ -11,7 +11,7 @@ from torch import Tensor
 from ..functional.color import adjust_hue, gray_rows, mix_channels, normalize, scaled_identity
 from ..cpu import own_path
 from ..native import OP_BRIGHTNESS, OP_CONTRAST, OP_HUE, OP_NONE, OP_SATURATION
-from ._base import Draw, Op, Params, Sizes, check_probability, refuse_params, setup_range
+from ._base import Draw, Op, Params, Sizes, check_probability, refuse_params, setup_range, to_device
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -114,12 +114,16 @@ class ColorJitter(ColorOp):
         return f"brightness={self.brightness}, contrast={self.contrast}, saturation={self.saturation}, hue={self.hue}"
 
     def make_params(self, draw: Draw) -> Params:
-        params = {}
-        for name, identity in (("brightness", 1.0), ("contrast", 1.0), ("saturation", 1.0), ("hue", 0.0)):
-            r = getattr(self, name)
-            params[name] = draw.uniform(*r) if r is not None else torch.full((draw.n,), identity, device=draw.device)
-        params["order"] = draw.uniform(0, 1, 4).argsort(1)
+        # One kernel draws the four factors and the order's sort keys; an adjustment that is off
+        # gets its identity value (low = identity, width 0).
+        u = draw.rand(8)
+        ranges = [getattr(self, name) or (identity, identity) for name, identity in self._IDENTITY]
+        low, width = to_device((tuple(lo for lo, _ in ranges), tuple(hi - lo for lo, hi in ranges)), draw.device)
+        params = dict(zip((name for name, _ in self._IDENTITY), torch.addcmul(low, width, u[:, :4]).unbind(1)))
+        params["order"] = u[:, 4:].argsort(1)
         return params
+
+    _IDENTITY = (("brightness", 1.0), ("contrast", 1.0), ("saturation", 1.0), ("hue", 0.0))
 
     def check_params(self, params: dict[str, np.ndarray], sizes: Sizes) -> None:
         # What torchvision's adjust_* kernels refuse (a negative factor, hue past 0.5), and NaN.

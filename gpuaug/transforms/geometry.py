@@ -37,8 +37,8 @@ class AxisMap:
     ``pad_mode`` copies there, inside ``valid``; no resize may follow it (``Pipeline`` checks)."""
 
     def __init__(self, size: Tensor):
-        zero = torch.zeros_like(size)
-        self.scale = torch.ones_like(size)
+        zero = _filled(0.0, size)
+        self.scale = _filled(1.0, size)
         self.offset = zero
         self.window = self._canvas = self.content = self._content = (zero, size)
         self.valid = (zero, size)
@@ -73,7 +73,7 @@ class AxisMap:
             # The padding copies pixels from anywhere in the canvas, inside this crop or not (and so
             # do later crops of the padded canvas): the content stays the whole canvas.
             self.window, self.content, self.pad_mode = self._canvas, self._content, pad_mode
-            self.valid = (torch.zeros_like(self.scale), torch.ones_like(self.scale) * length)
+            self.valid = (_filled(0.0, self.scale), _filled(length, self.scale))
 
     def resize(self, old: Tensor, new: Tensor | float) -> None:
         if self.pad_output:
@@ -81,17 +81,24 @@ class AxisMap:
         # The filter now reads the whole canvas, zeros where it is padding: in the source, not here.
         self.window, self.content = self._canvas, self._content
         self.scale = self.scale * (old / new)
-        self.valid = (torch.zeros_like(self.scale), torch.ones_like(self.scale) * new)
+        self.valid = (_filled(0.0, self.scale), _filled(new, self.scale))
         self._resized = True
 
     def flip(self, flag: Tensor, axis: int, size: Tensor) -> None:
         """Mirror axis ``axis`` (0: y, 1: x) of a canvas of ``size`` ((B, 2)) where ``flag`` ((B,) bool)."""
-        other = torch.zeros_like(flag)
-        mask = torch.stack([flag, other] if axis == 0 else [other, flag], 1)
+        mask = flag.unsqueeze(1) & to_device((axis == 0, axis == 1), flag.device, "bool")  # (B, 2)
         self.offset = torch.where(mask, torch.addcmul(self.offset, self.scale, size), self.offset)
         self.scale = torch.where(mask, -self.scale, self.scale)
         lo, hi = self.valid
         self.valid = (torch.where(mask, size - hi, lo), torch.where(mask, size - lo, hi))
+
+
+def _filled(value: float | Tensor, like: Tensor) -> Tensor:
+    """``value`` (a number, or a ``(2,)`` tensor of one per axis) in the shape of ``like`` (``(B, 2)``
+    float32): an expanded view of a value kept on the device, no kernel."""
+    if isinstance(value, Tensor):
+        return value.expand_as(like)
+    return to_device((value, value), like.device).expand_as(like)
 
 
 def _pair(values: tuple[int, int], device) -> Tensor | float:
@@ -162,21 +169,40 @@ class RandomResizedCrop(GeometricOp):
 
     def make_params(self, draw: Draw) -> Params:
         # Columns are (y, x) throughout: sizes [height, width], crops [top, left, height, width].
-        n = draw.n
-        size = draw.sizes.pairs(n, draw.device)  # (n, 2)
-        target_area = (size[:, 0] * size[:, 1]).unsqueeze(1) * draw.uniform(*self.scale, 10)
-        log_ratio = draw.uniform(math.log(self.ratio[0]), math.log(self.ratio[1]), 10)
-        # Each try's [h, w] = round(sqrt(area / ratio)), round(sqrt(area * ratio)).
-        aspect = torch.exp(torch.stack([-log_ratio, log_ratio], -1))  # (n, 10, 2)
+        # One kernel draws every uniform: 10 tries of area and of log-ratio, then the crop's place;
+        # the rest is ~15 ops for the batch, whatever its sizes (the host-side constants are kept
+        # on the device: to_device).
+        n, device = draw.n, draw.device
+        size = draw.sizes.pairs(n, device)  # (n, 2)
+        u = draw.rand(22)
+        if draw.sizes.per_image is None:  # the image's area times scale[0] and times the scale's width
+            low, width = to_device(self._area_range(draw.sizes.uniform), device)
+        else:  # computed here: a host array of them would be one more copy a call
+            area = size[:, :1] * size[:, 1:]
+            low, width = area * self.scale[0], area * (self.scale[1] - self.scale[0])
+        target_area = torch.addcmul(low, width, u[:, :10])  # (n, 10)
+        # Each try's [h, w] = round(sqrt(area / ratio)), round(sqrt(area * ratio)): log-ratios
+        # [-r, r] with r uniform in [log(ratio[0]), log(ratio[1])).
+        low, width = to_device(self._log_ratio_range, device)
+        aspect = torch.exp(torch.addcmul(low, width, u[:, 10:20, None]))  # (n, 10, 2)
         tries = torch.round(torch.sqrt(target_area.unsqueeze(-1) * aspect))
-        fits = ((tries > 0) & (tries <= size.unsqueeze(1))).all(-1)
-        first = fits.float().argmax(1)  # the first try that fits (0 if none does)
+        fits = (torch.clamp(tries, to_device((1.0, 1.0), device), size.unsqueeze(1)) == tries).all(-1)
+        any_fits, first = fits.max(1)  # the first try that fits (0 if none does)
         crop = tries.gather(1, first.view(n, 1, 1).expand(n, 1, 2)).squeeze(1)
         room = size - crop
-        start = draw.integers(room)
+        start = draw.integers(room, u[:, 20:])
         chosen = torch.cat([start, crop], 1)
         return dict(zip(("top", "left", "height", "width"),
-                        torch.where(fits.any(1, keepdim=True), chosen, self._fallback(draw)).unbind(1)))
+                        torch.where(any_fits.unsqueeze(1), chosen, self._fallback(draw)).unbind(1)))
+
+    def _area_range(self, hw: tuple[int, int]) -> tuple[float, float]:
+        area = hw[0] * hw[1]
+        return area * self.scale[0], area * (self.scale[1] - self.scale[0])
+
+    @property
+    def _log_ratio_range(self) -> tuple[tuple[float, float], tuple[float, float]]:
+        low, high = math.log(self.ratio[0]), math.log(self.ratio[1])
+        return (-low, low), (low - high, high - low)
 
     def _fallback(self, draw: Draw) -> Tensor:
         """torchvision's fallback, where no try fits: the whole image cut to the nearest allowed
