@@ -172,3 +172,120 @@ def test_kept_values_are_never_changed_in_place(photos, monkeypatch):
     for (device, dtype, values), kept in _base._CONSTANTS.items():
         assert kept.device == torch.device(device)
         assert torch.equal(kept, torch.from_numpy(np.array(values, dtype=dtype))), (values, kept)
+
+
+# ---- the recording logic on the CPU: a stand-in for torch's CUDA graphs
+
+
+class _StandInGraph:
+    """Stands in for ``torch.cuda.CUDAGraph`` on the CPU, as torch's behaves: recording computes
+    nothing and draws nothing (the generator's state is put back), a replay runs the recorded
+    call again, drawing from the generator where it stands, into the recorded output tensors."""
+
+    def __init__(self):
+        self.generators, self.call, self.result = [], None, None
+
+    def register_generator_state(self, generator):
+        self.generators.append(generator)
+
+    def replay(self):
+        out, params = self.call()
+        self.result[0].copy_(out)
+        for mine, new in zip(self.result[1], params):
+            for k in mine:
+                mine[k].copy_(new[k])
+
+
+@pytest.fixture
+def stand_in_graphs(monkeypatch):
+    import contextlib
+
+    from gpuaug.pipeline import Pipeline
+
+    made = []
+
+    @contextlib.contextmanager
+    def record(graph, capture_error_mode="global"):
+        assert capture_error_mode == "thread_local" and len(graph.generators) == 1
+        state, real = graph.generators[0].get_state(), Pipeline._forward
+
+        def recorded(pipe, images, params, return_params):
+            graph.result = real(pipe, images, params, return_params)
+            graph.call = lambda: real(pipe, images, None, True)
+            return graph.result
+
+        monkeypatch.setattr(Pipeline, "_forward", recorded)
+        try:
+            yield
+        finally:
+            monkeypatch.setattr(Pipeline, "_forward", real)
+            graph.generators[0].set_state(state)
+        made.append(graph)
+
+    class Stream:
+        def wait_event(self, event):
+            pass
+
+    class Event:
+        def record(self, stream):
+            pass
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", _StandInGraph)
+    monkeypatch.setattr(torch.cuda, "graph", record)
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(Pipeline, "_graphable", lambda self: True)
+    return made
+
+
+def test_recorded_calls_replay_what_eager_calls_draw(photos, stand_in_graphs):
+    x = batch(photos, 6, (60, 80))
+    ragged = [p[:, :50, :70] for p in photos]
+    graphed = ga.Pipeline(*ops(), device="cpu", seed=8, cuda_graph=True)
+    eager = ga.Pipeline(*ops(), device="cpu", seed=8)
+    kept = []
+    for call in range(6):
+        if call == 3:
+            assert torch.equal(graphed(ragged), eager(ragged))
+        out, params = graphed(x, return_params=True)
+        ref, ref_params = eager(x, return_params=True)
+        assert torch.equal(out, ref), call
+        assert all(torch.equal(p[k], q[k]) for p, q in zip(params, ref_params) for k in p)
+        kept.append((out, out.clone()))
+    assert len(stand_in_graphs) == 1  # recorded once, at the second call
+    assert all(torch.equal(out, saved) for out, saved in kept)  # later replays did not overwrite them
+    assert torch.equal(graphed(x, params=params), out)
+    with pytest.raises(ValueError, match="drawn for"):  # the copies keep the sizes they were drawn for
+        graphed(x[:, :, :40, :50].contiguous(), params=params)
+
+
+def test_recorded_calls_per_shape_reseeded_kept_and_refused(photos, stand_in_graphs, monkeypatch):
+    from gpuaug import cuda_graph
+
+    shapes = [(40 + 4 * i, 60) for i in range(cuda_graph.KEPT + 1)]
+    graphed = ga.Pipeline(*ops(), device="cpu", seed=1, cuda_graph=True)
+    eager = ga.Pipeline(*ops(), device="cpu", seed=1)
+    for size in shapes + shapes[:1]:  # each shape: eager, then recorded; the first is dropped, then again
+        x = batch(photos, 3, size)
+        for _ in range(2):
+            assert torch.equal(graphed(x), eager(x))
+    assert len(stand_in_graphs) == cuda_graph.KEPT + 2
+    assert sum(v is not None for v in graphed._graphs._graphs.values()) == cuda_graph.KEPT
+    graphed.manual_seed(4)
+    eager.manual_seed(4)
+    for _ in range(3):  # the graphs were recorded for the old generator: dropped, recorded anew
+        assert torch.equal(graphed(x), eager(x))
+    assert len(stand_in_graphs) == cuda_graph.KEPT + 3
+
+    def refuses(self, generator):
+        raise RuntimeError("no graphs here")
+
+    monkeypatch.setattr(_StandInGraph, "register_generator_state", refuses)
+    y = batch(photos, 2, (30, 30))
+    assert torch.equal(graphed(y), eager(y))
+    with pytest.warns(RuntimeWarning, match=r"recording a CUDA graph for input \(2, 3, 30, 30\) .*no graphs here"):
+        assert torch.equal(graphed(y), eager(y))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert torch.equal(graphed(y), eager(y))
