@@ -339,7 +339,7 @@ def test_an_interrupted_pack_resumes_and_leaves_no_temporary_file(frames_root, t
     with pytest.raises(KeyboardInterrupt):
         ga.data.pack_folder(src, dst, progress=False)
     monkeypatch.setattr(clips, "_HEADER", real_header)
-    assert [p.name for p in dst.rglob("*") if p.is_file()] == ["video0.pack"]
+    assert [p.name for p in dst.rglob("*") if p.is_file() and p.name != clips.PACKS_MARK] == ["video0.pack"]
     assert ga.data.pack_folder(src, dst, progress=False) == (2, 1, 0)
     assert len(PackedClips(dst, frames=2)) == 3
 
@@ -415,6 +415,13 @@ def test_a_pack_folder_inside_the_frame_folders_is_not_read_as_videos(frames_roo
         assert main(["pack", str(src), str(src / "packed"), "--no-progress"]) == 0
     assert ga.data.pack_folder(src, src / "packed", progress=False) == (0, 3, 0)
     assert len(PackedClips(src / "packed")) == 3
+    # Training on the frames afterwards: the packs are not a class (they shifted later labels) nor
+    # videos, whether they sort before the classes or sit inside one.
+    for dst in (src / "aa_packs", src / "class1" / "packed"):
+        assert ga.data.pack_folder(src, dst, progress=False) == (3, 0, 0)
+        folder, packed = FrameFolder(src, frames=2), PackedClips(dst, frames=2)
+        assert folder.classes == packed.classes == ["class0", "class1"]
+        assert [(Path(v).name, y) for v, y in folder.videos] == [(Path(v).stem, y) for v, y in packed.videos]
     same = _aged_copy(frames_root, tmp_path / "same")
     assert ga.data.pack_folder(same, same, progress=False) == (3, 0, 0)
     assert ga.data.pack_folder(same, same, progress=False) == (0, 3, 0)

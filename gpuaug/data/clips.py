@@ -44,18 +44,24 @@ def frame_indices(n_frames: int, frames: int) -> list[int]:
     return [round(i * (n_frames - 1) / (frames - 1)) for i in range(frames)]
 
 
+# The file pack_folder leaves in its destination: a folder holding it is packs, never a class
+# or a video of the frame folders it may sit in (``gpuaug pack data data/packed``).
+PACKS_MARK = ".gpuaug-packs"
+
+
 def _videos(root: Path, is_video, allow_empty: bool) -> tuple[list[str], list[tuple[str, int]]]:
     """Class folders (sorted) and ``(video, label)`` pairs under ``root``; a class folder without
     videos is a FileNotFoundError naming it (torchvision's rule for class folders) unless
-    ``allow_empty``, where it keeps its index."""
+    ``allow_empty``, where it keeps its index. Folders of packs (:func:`pack_folder`'s
+    destination, marked) are neither classes nor videos."""
     if not root.is_dir():
         raise FileNotFoundError(f"clip root {str(root)!r} is not a directory")
-    classes = sorted(e.name for e in os.scandir(root) if e.is_dir())
+    classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and not _holds_packs(e.path))
     # Sorted by video name, a pack's without its ".pack": PackedClips lists its videos in
     # FrameFolder's order (by full name "v1-b.pack" would come before "v1.pack", "v1" before "v1-b").
     by_name = lambda p: p.name.removesuffix(".pack")  # noqa: E731
     videos = [(str(p), i) for i, c in enumerate(classes) for p in sorted((root / c).iterdir(), key=by_name)
-              if is_video(p)]
+              if is_video(p) and not (p.is_dir() and _holds_packs(p))]
     if not videos:
         raise FileNotFoundError(f"no videos found under {str(root)!r} (expected root/<class>/<video>)")
     empty = sorted(set(classes) - {classes[label] for _, label in videos})
@@ -63,6 +69,10 @@ def _videos(root: Path, is_video, allow_empty: bool) -> tuple[list[str], list[tu
         raise FileNotFoundError(f"no videos in the class folder(s) {empty} of {str(root)!r} (allow_empty=True keeps "
                                 f"them as classes without clips, so every class keeps its label)")
     return classes, videos
+
+
+def _holds_packs(folder) -> bool:
+    return os.path.exists(os.path.join(folder, PACKS_MARK))
 
 
 def _natural_key(name: str) -> list:
@@ -186,6 +196,9 @@ def pack_folder(src, dst, progress: bool = True, on_error: str = "raise", force:
                if i in with_videos or not packs.is_relative_to((Path(src) / c).resolve())]
     for c in classes:
         (Path(dst) / c).mkdir(parents=True, exist_ok=True)
+    if packs != Path(src).resolve():  # so that FrameFolder(SRC) never takes DST for a class or a video
+        Path(dst).mkdir(parents=True, exist_ok=True)
+        (Path(dst) / PACKS_MARK).touch()
     packed = up_to_date = skipped = 0
     for i in tqdm(range(len(src_ds)), desc="gpuaug pack", disable=not progress, unit="video"):
         video = Path(src_ds.videos[i][0])
