@@ -34,6 +34,7 @@ class PackedTensors(Sequence):
     NDIMS: tuple[int, ...] | None = None
     NOUN = "items"  # what the repr counts
     SHAPES = "one shape per item"  # what shapes must be, for errors
+    PER_ITEM: tuple[str, ...] = ()  # a subclass's attributes holding one value per item (sliced with the items)
 
     def __init__(self, flat: Tensor, shapes: Sequence[Sequence[int]]):
         if not isinstance(flat, Tensor) or flat.dim() != 1:
@@ -66,8 +67,11 @@ class PackedTensors(Sequence):
         return len(self.shapes)
 
     def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self._item(j) for j in range(*i.indices(len(self)))]
+        if isinstance(i, slice):  # of the same type, as a list's slice is a list
+            start, stop, step = i.indices(len(self))
+            if step == 1 or len(range(start, stop, step)) <= 1:  # a view of one run of the buffer
+                return self._run(start, max(start, stop if step == 1 else start + len(range(start, stop, step))))
+            return self._gathered(list(range(start, stop, step)))
         try:
             i = operator.index(i)  # an int, or a 0-d integer tensor
         except TypeError:
@@ -75,6 +79,30 @@ class PackedTensors(Sequence):
         if not -len(self) <= i < len(self):
             raise IndexError(f"index {i} is out of range for {type(self).__name__} of {len(self)} items")
         return self._item(i % len(self))
+
+    def _run(self, start: int, stop: int):
+        """Items ``[start, stop)``, over a view of ``flat`` (no copy)."""
+        start = min(max(start, 0), len(self))
+        stop = min(max(stop, start), len(self))
+        lo = self.offsets[start] if start < len(self) else self.flat.numel()
+        hi = self.offsets[stop] if stop < len(self) else self.flat.numel()
+        part = object.__new__(type(self))
+        part.__dict__.update(self.__dict__, flat=self.flat[lo:hi], shapes=self.shapes[start:stop],
+                             offsets=tuple(o - lo for o in self.offsets[start:stop]),
+                             **{name: getattr(self, name)[start:stop] for name in self.PER_ITEM})
+        return part
+
+    def _gathered(self, indices: list[int]):
+        """Items at ``indices`` (a strided slice), in a new buffer (one copy)."""
+        views = [self.flat[self.offsets[j]: self.offsets[j] + math.prod(self.shapes[j])] for j in indices]
+        part = object.__new__(type(self))
+        shapes, offsets, total = [self.shapes[j] for j in indices], [], 0
+        for shape in shapes:
+            offsets.append(total)
+            total += math.prod(shape)
+        part.__dict__.update(self.__dict__, flat=torch.cat(views), shapes=tuple(shapes), offsets=tuple(offsets),
+                             **{name: tuple(getattr(self, name)[j] for j in indices) for name in self.PER_ITEM})
+        return part
 
     def _item(self, i: int):
         """Item ``i``: a view of its elements in ``flat`` (subclasses may wrap it)."""

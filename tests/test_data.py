@@ -780,6 +780,30 @@ def test_packed_images_behave_as_a_read_only_list(photos):
     assert "PackedImages(4 images, torch.uint8, cpu" in repr(packed)
 
 
+@pytest.mark.parametrize("part", [slice(1, 3), slice(None), slice(3, 1), slice(None, None, 2), slice(None, None, -1),
+                                  slice(-2, None), slice(2, 10), slice(5, 9), slice(1, 4, 3), slice(-1, None, -2)])
+def test_a_slice_of_packed_items_is_packed_as_a_slice_of_a_list_is_a_list(photos, part):
+    from gpuaug.data.collate import Encoded, EncodedBatch
+
+    packed = ga.PackedImages.pack(photos)
+    sliced = packed[part]
+    assert type(sliced) is ga.PackedImages and sliced.shapes == tuple(tuple(t.shape) for t in photos[part])
+    assert all(torch.equal(a, b) for a, b in zip(sliced, photos[part]))
+    if part.step is None and len(sliced):  # one run of the buffer: a view of it
+        assert sliced.flat.data_ptr() == packed[part.indices(len(photos))[0]].data_ptr()
+    if len(sliced):
+        pipe = ga.Pipeline(ga.RandomResizedCrop(32), ga.ColorJitter(0.3, 0.3, 0.3, 0.1), device="cpu", seed=1)
+        assert torch.equal(pipe(sliced), ga.Pipeline(*pipe.ops, device="cpu", seed=1)(list(photos[part])))
+    items = [Encoded(f"{i}.jpg", torch.full((10 + i,), i, dtype=torch.uint8)) if i % 2 else photos[i]
+             for i in range(len(photos))]
+    batch = EncodedBatch.pack(items)[part]
+    assert type(batch) is EncodedBatch and batch.paths == tuple(x.path if isinstance(x, Encoded) else None
+                                                                for x in items[part])
+    for got, want in zip(batch, items[part]):
+        assert (got.path, torch.equal(got.data, want.data)) == (want.path, True) if isinstance(want, Encoded) \
+            else torch.equal(got, want)
+
+
 def test_collate_in_a_worker_writes_into_shared_memory(photos, monkeypatch):
     """As torch's default_collate: the batch is made in shared memory, so sending it copies nothing."""
     assert not collate([(photos[0], 1), (photos[1], 2)]).images.flat.is_shared()

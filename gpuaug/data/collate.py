@@ -24,6 +24,8 @@ class EncodedBatch(PackedTensors):
         paths: the file of each encoded item; None for a decoded one.
     """
 
+    PER_ITEM = ("paths",)
+
     def __init__(self, flat: torch.Tensor, shapes: Sequence[Sequence[int]], paths: Sequence[str | None]):
         super().__init__(flat, shapes)
         if len(paths) != len(self.shapes):
