@@ -31,7 +31,7 @@ _stage = ["other"]
 
 class _CountLaunches:
     """Stands in for gpuaug.gpu_kernels: counts the Triton launches (the resampling: two; the warp:
-    one; the color program: one per step, for contrast means, plus one), runs none."""
+    one; the color program: one per contrast step a sample may have, for their means, plus one), runs none."""
 
     pack_images = staticmethod(gpu_kernels.pack_images)  # plain torch: counted as ops
 
@@ -41,8 +41,8 @@ class _CountLaunches:
     def guarded(self, launch, *args, **kwargs):
         return launch(*args, **kwargs)
 
-    def color_program(self, x, out, ops, factors, mean, inv_std):
-        self.launches += ops.shape[1] + 1
+    def color_program(self, x, out, ops, factors, mean, inv_std, contrast_steps=None):
+        self.launches += min(ops.shape[1], ops.shape[1] if contrast_steps is None else contrast_steps) + 1
         return out
 
     def warp_affine(self, x, matrix, fill=None, blend=True, nearest=False):

@@ -148,13 +148,21 @@ if triton is not None:
         return r, g, b
 
     @triton.jit
-    def _contrast_sum_kernel(src, ops, factors, partials, pixels, tiles, step,
+    def _contrast_sum_kernel(src, ops, factors, partials, pixels, tiles, occurrence,
                              STEPS: tl.constexpr, CHANNELS: tl.constexpr, TILES: tl.constexpr, BLOCK: tl.constexpr):
-        """Grid ``(tiles, B)``: where sample n's step ``step`` is contrast, the sum of one tile of
-        its gray image after steps ``[0, step)`` -> ``partials[n, step, tile]``."""
+        """Grid ``(tiles, B)``: at sample n's contrast step number ``occurrence`` (0: its first; a
+        sample with fewer does nothing), the sum of one tile of its gray image after the steps
+        before it -> ``partials[n, step, tile]``. Those steps' own contrast means come from the
+        launches for earlier occurrences."""
         tile, n = tl.program_id(0), tl.program_id(1)
         row = n.to(tl.int64) * STEPS
-        if tl.load(ops + row + step) == _CONTRAST:
+        step = tl.full((), -1, tl.int32)
+        seen = tl.full((), 0, tl.int32)
+        for s in range(0, STEPS):
+            contrast = tl.load(ops + row + s) == _CONTRAST
+            step = tl.where(contrast & (seen == occurrence), s, step)
+            seen += contrast.to(tl.int32)
+        if step >= 0:
             sums = partials + row * tiles
             offs = tile * BLOCK + tl.arange(0, BLOCK)
             mask = offs < pixels
@@ -365,7 +373,7 @@ def _require_triton() -> None:
 
 
 def color_program(x: Tensor, out: Tensor, ops: Tensor, factors: Tensor, mean: Tensor | None = None,
-                  inv_std: Tensor | None = None) -> Tensor:
+                  inv_std: Tensor | None = None, contrast_steps: int | None = None) -> Tensor:
     """Run each sample's color program on ``x`` into ``out``.
 
     Args:
@@ -374,6 +382,9 @@ def color_program(x: Tensor, out: Tensor, ops: Tensor, factors: Tensor, mean: Te
         ops: ``(B, S)`` int32 op codes (``gpuaug.native.OP_*``), run left to right.
         factors: ``(B, S)`` float32, each step's factor.
         mean, inv_std: ``(C,)`` float32 for a final normalize, or both None.
+        contrast_steps: at least the number of contrast steps in any sample's program (one per
+            ColorJitter with contrast, the pipeline knows it), or None for ``S``: one launch per
+            contrast step computes their means, before the launch that runs the programs.
 
     Returns:
         ``out``. Raises ``ValueError``/``TypeError`` on arguments the kernel does not take.
@@ -394,6 +405,10 @@ def color_program(x: Tensor, out: Tensor, ops: Tensor, factors: Tensor, mean: Te
     if (mean is None) != (inv_std is None) or (mean is not None and (mean.numel() != C or inv_std.numel() != C)):
         raise ValueError(f"mean and inv_std should both be None or both hold {C} values")
     steps, pixels = ops.shape[1], H * W
+    if contrast_steps is None:
+        contrast_steps = steps
+    elif not isinstance(contrast_steps, int) or isinstance(contrast_steps, bool) or contrast_steps < 0:
+        raise ValueError(f"contrast_steps should be an int >= 0 or None, got {contrast_steps!r}")
     tiles = triton.cdiv(pixels, BLOCK)
     ops, factors = ops.contiguous(), factors.contiguous()
     # Per-tile gray sums of each contrast step, written by its launch below and read only for
@@ -404,9 +419,9 @@ def color_program(x: Tensor, out: Tensor, ops: Tensor, factors: Tensor, mean: Te
     mean = mean.to(x.device, torch.float32).contiguous() if normalize else factors
     inv_std = inv_std.to(x.device, torch.float32).contiguous() if normalize else factors
     for rows, n in _parts(B):
-        for step in range(steps):  # programs whose step is not contrast return at once
-            _contrast_sum_kernel[(tiles, n)](rows(x), rows(ops), rows(factors), rows(partials), pixels, tiles, step,
-                                             **shape)
+        for occurrence in range(min(contrast_steps, steps)):
+            _contrast_sum_kernel[(tiles, n)](rows(x), rows(ops), rows(factors), rows(partials), pixels, tiles,
+                                             occurrence, **shape)
         _color_kernel[(tiles, n)](rows(x), rows(out), rows(ops), rows(factors), rows(partials), mean, inv_std, pixels,
                                   tiles, NORMALIZE=normalize, **shape)
     return out

@@ -564,7 +564,9 @@ class Pipeline(nn.Module):
         mean = inv_std = None
         if normalize is not None:
             mean, inv_std = normalize.values(x.shape[1])
-        return kernels.guarded(kernels.color_program, x, torch.empty_like(x), ops, factors, mean, inv_std)
+        contrast_steps = sum(self.ops[i].CONTRAST_STEPS for i in self._color_at)
+        return kernels.guarded(kernels.color_program, x, torch.empty_like(x), ops, factors, mean, inv_std,
+                               contrast_steps)
 
     def _finish(self, x: Tensor, n: int, frames: int) -> Tensor:
         """Cast to the output dtype, restore clips' ``(B, T, ...)`` (``frames`` > 0), lay out memory."""

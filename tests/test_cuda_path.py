@@ -69,7 +69,8 @@ class _TritonStub:
         return launch(*args, **kwargs)
 
     @staticmethod
-    def color_program(x, out, ops, factors, mean, inv_std):
+    def color_program(x, out, ops, factors, mean, inv_std, contrast_steps):
+        assert isinstance(contrast_steps, int) and 0 <= contrast_steps <= ops.shape[1]
         for t in (x, out, ops, factors) + ((mean, inv_std) if mean is not None else ()):
             assert t.device.type == "cuda", t.device
         assert x.is_contiguous() and out.shape == x.shape and out.dtype == x.dtype

@@ -40,8 +40,9 @@ def _args(n=2, C=3, S=2, shape=(8, 8)):
     return x, torch.empty_like(x), ops, torch.full((n, S), 0.5)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_program_steps_match_the_torch_kernels(kernel, dtype, nan_empty):
+@pytest.mark.parametrize("dtype,contrast_steps", [(torch.float32, None), (torch.float16, None),
+                                                  (torch.bfloat16, None), (torch.float32, 2), (torch.float32, 7)])
+def test_program_steps_match_the_torch_kernels(kernel, dtype, contrast_steps, nan_empty):
     x = torch.rand(4, 3, 70, 130, generator=torch.Generator().manual_seed(1))  # 9100 px: tiles, the last partial
     # Two contrast steps in one program (two ColorJitters): each takes the mean of its own input;
     # rows differ per sample, as the pipeline's do.
@@ -49,7 +50,7 @@ def test_program_steps_match_the_torch_kernels(kernel, dtype, nan_empty):
     factors = torch.tensor([[1.7, 0.3, 0.4, 1.5, 1.2], [0.6, 0.0, -0.45, 1.3, 9.0], [0.5, 0, 0, 0, 0.2], [0.0] * 5])
     mean, inv_std = torch.tensor(ga.IMAGENET_MEAN), 1 / torch.tensor(ga.IMAGENET_STD)
     out = torch.empty(x.shape, dtype=dtype)
-    kernel.color_program(x.to(dtype), out, ops, factors, mean, inv_std)
+    kernel.color_program(x.to(dtype), out, ops, factors, mean, inv_std, contrast_steps)  # (2: the most a row has)
     xin = x.to(dtype).float()
     refs = [
         gaF.adjust_brightness(gaF.adjust_saturation(gaF.adjust_contrast(gaF.adjust_hue(
@@ -111,6 +112,9 @@ def test_bad_arguments_are_refused_before_the_launch(kernel, change, error, mess
     x, out, ops, factors = _args()
     with pytest.raises(ValueError, match="mean and inv_std"):
         kernel.color_program(x, out, ops, factors, torch.zeros(3), None)
+    for bad in (-1, 1.0, True):
+        with pytest.raises(ValueError, match=f"contrast_steps should be an int >= 0 or None, got {bad!r}"):
+            kernel.color_program(x, out, ops, factors, None, None, bad)
 
 
 def test_usable_only_on_cuda_and_not_when_disabled(kernel, monkeypatch):
@@ -404,7 +408,7 @@ def test_kernels_compile_for_the_gpus_we_target(arch):
                  {**images, **program, "mean": "*fp32", "inv_std": "*fp32", "pixels": "i32", "tiles": "i32"},
                  {"STEPS": 5, "CHANNELS": channels, "NORMALIZE": True, "TILES": 64}),
                 (gpu_kernels._contrast_sum_kernel,
-                 {"src": f"*{dtype}", **program, "pixels": "i32", "tiles": "i32", "step": "i32"},
+                 {"src": f"*{dtype}", **program, "pixels": "i32", "tiles": "i32", "occurrence": "i32"},
                  {"STEPS": 5, "CHANNELS": channels, "TILES": 64}),
                 # Triton passes int arguments equal to 1 as constexprs (a contiguous row's stride).
                 (gpu_kernels._resample_kernel,

@@ -31,6 +31,9 @@ class ColorOp(Op):
         """``(B,)`` ints, equal for samples that take the same passes; ``None`` if all do."""
         return None
 
+    # The most contrast steps this op's program gives a sample (their means need a pass of their own).
+    CONTRAST_STEPS = 0
+
     def program(self, params: Params) -> tuple[Tensor, Tensor] | None:
         """This op as per-sample steps of the fused color kernels (:mod:`gpuaug.native` on the
         CPU, :mod:`gpuaug.gpu_kernels` on CUDA): ``(B, S)`` int32 op codes and ``(B, S)`` float32
@@ -144,6 +147,10 @@ class ColorJitter(ColorOp):
                 keys[:, j] += 4
         steps = keys.argsort(1)[:, : sum(enabled)]
         return steps, factors.gather(1, steps)
+
+    @property
+    def CONTRAST_STEPS(self) -> int:  # noqa: N802 (the base class's attribute)
+        return int(self.contrast is not None)
 
     def program(self, params: Params) -> tuple[Tensor, Tensor]:
         steps, step_factor = self._steps(params)
