@@ -68,10 +68,10 @@ class PackedTensors(Sequence):
 
     def __getitem__(self, i):
         if isinstance(i, slice):  # of the same type, as a list's slice is a list
-            start, stop, step = i.indices(len(self))
-            if step == 1 or len(range(start, stop, step)) <= 1:  # a view of one run of the buffer
-                return self._run(start, max(start, stop if step == 1 else start + len(range(start, stop, step))))
-            return self._gathered(list(range(start, stop, step)))
+            indices = range(*i.indices(len(self)))
+            if indices.step == 1 or len(indices) <= 1:  # one run of the buffer: a view of it
+                return self._run(indices.start, indices.start + len(indices))
+            return self._gathered(list(indices))
         try:
             i = operator.index(i)  # an int, or a 0-d integer tensor
         except TypeError:
