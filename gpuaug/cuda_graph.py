@@ -1,6 +1,6 @@
 """CUDA-graph replay of a pipeline call: ``Pipeline(..., cuda_graph=True)``.
 
-A pipeline call on CUDA launches ~100 small kernels (draws, the plan's per-sample math) before
+A pipeline call on CUDA launches ~75 small kernels (draws, the plan's per-sample math) before
 the few that touch pixels, and on a fast GPU the host's time issuing them is most of the call
 (H200, batch 256, 2026-12-04: ~2.1 ms of host work for ~1.6 ms of kernels). A CUDA graph
 records the whole call once for a batch of one shape and replays it with one launch.

@@ -53,7 +53,7 @@ class Pipeline(nn.Module):
             (so ``torch.manual_seed`` makes it repeatable too).
         channels_last: return channels-last memory format.
         cuda_graph: on CUDA, record the call for a batch tensor as a CUDA graph (one per input
-            shape, from its second call on) and replay it, instead of launching its ~100 small
+            shape, from its second call on) and replay it, instead of launching its ~75 small
             kernels one by one: see :mod:`gpuaug.cuda_graph`. The outputs are those of an eager
             pipeline with the same seed. Ignored elsewhere, for ragged batches, replayed params,
             under ``torch.compile`` and autocast.
