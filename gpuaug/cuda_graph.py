@@ -102,7 +102,9 @@ class GraphedCalls:
         while len([v for v in self._graphs.values() if v is not None]) >= KEPT:
             oldest = next(k for k, v in self._graphs.items() if v is not None)
             del self._graphs[oldest]
-        static_in = torch.empty_strided(images.shape, images.stride(), dtype=images.dtype, device=pipeline.device)
+        # The input's layout where it is dense (channels-last stays so), else contiguous (an
+        # expanded batch's repeated memory cannot be copied into).
+        static_in = torch.empty_like(images, device=pipeline.device)
         graph = torch.cuda.CUDAGraph()
         try:
             graph.register_generator_state(generator)

@@ -277,6 +277,10 @@ def test_recorded_calls_per_shape_reseeded_kept_and_refused(photos, stand_in_gra
     for _ in range(3):  # the graphs were recorded for the old generator: dropped, recorded anew
         assert torch.equal(graphed(x), eager(x))
     assert len(stand_in_graphs) == cuda_graph.KEPT + 3
+    # Other layouts of one shape: each its own graph, an expanded batch (repeated memory) included.
+    for layout in (x.contiguous(memory_format=torch.channels_last), x[:1].expand(3, -1, -1, -1), x.flip(0)):
+        for _ in range(3):
+            assert torch.equal(graphed(layout), eager(layout))
 
     def refuses(self, generator):
         raise RuntimeError("no graphs here")
