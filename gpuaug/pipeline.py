@@ -245,7 +245,7 @@ class Pipeline(nn.Module):
         if isinstance(images, Tensor):
             if self._graphs is not None and params is None and self._graphable():
                 items, _, _, _ = inspect_images(images)  # the checks an eager call makes first
-                check_float_range(items[0] if items.dim() == 4 else items)
+                check_float_range((items[0] if items.dim() == 4 else items).detach())
                 out = self._graphs.run(self, images, return_params)
                 if out is not None:
                     return out

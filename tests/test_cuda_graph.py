@@ -278,7 +278,8 @@ def test_recorded_calls_per_shape_reseeded_kept_and_refused(photos, stand_in_gra
         assert torch.equal(graphed(x), eager(x))
     assert len(stand_in_graphs) == cuda_graph.KEPT + 3
     # Other layouts of one shape: each its own graph, an expanded batch (repeated memory) included.
-    for layout in (x.contiguous(memory_format=torch.channels_last), x[:1].expand(3, -1, -1, -1), x.flip(0)):
+    for layout in (x.contiguous(memory_format=torch.channels_last), x[:1].expand(3, -1, -1, -1), x.flip(0),
+                   (x / 255).requires_grad_()):
         for _ in range(3):
             assert torch.equal(graphed(layout), eager(layout))
 
