@@ -104,7 +104,7 @@ class GraphedCalls:
             del self._graphs[oldest]
         # The input's layout where it is dense (channels-last stays so), else contiguous (an
         # expanded batch's repeated memory cannot be copied into).
-        static_in = torch.empty_like(images, device=pipeline.device)
+        static_in = torch.empty_like(images, device=pipeline.device).copy_(images)  # real values, recorded
         graph = torch.cuda.CUDAGraph()
         try:
             graph.register_generator_state(generator)
