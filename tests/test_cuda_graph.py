@@ -294,3 +294,16 @@ def test_recorded_calls_per_shape_reseeded_kept_and_refused(photos, stand_in_gra
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert torch.equal(graphed(y), eager(y))
+
+
+def test_kept_values_stay_kept_past_the_bound(monkeypatch):
+    """A recorded graph reads the kept values where they are: none is ever dropped (past the
+    bound, new values are copied each time instead)."""
+    from gpuaug.transforms import _base
+
+    monkeypatch.setattr(_base, "_CONSTANTS", {})
+    monkeypatch.setattr(_base, "_CONSTANTS_KEPT", 8)
+    first = _base.to_device((1.0, 2.0), "cpu")
+    for i in range(20):
+        assert torch.equal(_base.to_device((float(i), 3.0), "cpu"), torch.tensor([float(i), 3.0]))
+    assert _base.to_device((1.0, 2.0), "cpu") is first and len(_base._CONSTANTS) == 8

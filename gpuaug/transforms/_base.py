@@ -14,9 +14,11 @@ from torch import Tensor, nn
 Params = dict[str, Tensor]
 
 
-# Small host constants already copied to a device: (device, dtype, values) -> tensor.
+# Small host constants already copied to a device: (device, dtype, values) -> tensor. Never
+# dropped (a recorded CUDA graph reads them where they are): past the bound, new values are
+# copied each time instead of kept.
 _CONSTANTS: dict = {}
-_CONSTANT_ROWS, _CONSTANTS_KEPT = 16, 1024
+_CONSTANT_ROWS, _CONSTANTS_KEPT = 4, 4096
 
 
 def to_device(values, device, dtype: str = "float32") -> Tensor:
@@ -25,10 +27,10 @@ def to_device(values, device, dtype: str = "float32") -> Tensor:
     CUDA. (Through numpy: 2-3x faster than ``torch.tensor`` on a list, ~80 against ~140 us for 256
     rows of 4.)
 
-    A tuple or list of up to 16 numbers or tuples of numbers (an image size, a fill, the fallback
-    crop of a batch of one size) is copied once: the same tensor comes back for the same values
-    afterwards, found without numpy. A batch of one size made five such copies a call, each a
-    host-to-device transfer on CUDA. Callers must not change the result in place."""
+    A tuple or list of up to 4 numbers or tuples of numbers (an image size, a fill, the fallback
+    crop of a batch of one size, an op's ranges) is copied once: the same tensor comes back for the
+    same values afterwards, found without numpy. A batch of one size made five such copies a call,
+    each a host-to-device transfer on CUDA. Callers must not change the result in place."""
     key = None
     if isinstance(values, (tuple, list)) and len(values) <= _CONSTANT_ROWS and not torch.compiler.is_compiling():
         key = (device, dtype, tuple(values))
@@ -43,10 +45,8 @@ def to_device(values, device, dtype: str = "float32") -> Tensor:
             # A CUDA graph would replay a copy from host memory freed by then (gpuaug.cuda_graph).
             raise RuntimeError(f"host values {values} not yet on {device} while a CUDA graph is recorded")
     out = torch.from_numpy(np.array(values, dtype=dtype)).to(device, non_blocking=True)
-    if key is not None and type(out) is Tensor and out.device.type != "meta":  # not a stand-in holding no values
-        if len(_CONSTANTS) >= _CONSTANTS_KEPT:
-            _CONSTANTS.clear()
-        _CONSTANTS[key] = out
+    if key is not None and type(out) is Tensor and out.device.type != "meta" and len(_CONSTANTS) < _CONSTANTS_KEPT:
+        _CONSTANTS[key] = out  # (not a stand-in holding no values: fake, meta)
     return out
 
 
