@@ -5,7 +5,9 @@ the few that touch pixels, and on a fast GPU the host's time issuing them is mos
 (H200, batch 256, 2026-12-04: ~2.1 ms of host work for ~1.6 ms of kernels). A CUDA graph
 records the whole call once for a batch of one shape and replays it with one launch.
 
-For each input key (shape, strides, dtype) on the pipeline's CUDA device:
+For each input key (shape, strides, dtype, and the pipeline's settings: its output dtype and
+layout, its ops' settings, so that ``pipeline.half()`` or a changed op records anew) on the
+pipeline's CUDA device:
 
 1. the first call runs eagerly (it warms what a capture cannot do: Triton compiles, the small
    constants copied to the device once, cuBLAS set-up);
@@ -70,7 +72,7 @@ class GraphedCalls:
 
     @torch.no_grad()  # float input that requires grad: the copy into the graph's input records nothing
     def run(self, pipeline, images: Tensor, return_params: bool):
-        key = (tuple(images.shape), images.stride(), images.dtype, images.device)
+        key = (tuple(images.shape), images.stride(), images.dtype, images.device, pipeline._settings())
         device = pipeline.device
         with self._lock, torch.cuda.device(device):
             generator = pipeline._get_generator()

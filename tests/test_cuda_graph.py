@@ -14,6 +14,14 @@ import gpuaug as ga
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
+# Changes of a pipeline's settings that a recorded call bakes in (ops() order: Normalize last).
+SETTINGS_CHANGES = (
+    lambda p: p.half(), lambda p: setattr(p, "channels_last", True), lambda p: setattr(p.ops[1], "p", 1.0),
+    lambda p: p.float(), lambda p: p.ops[-1].std.mul_(1.5),
+    lambda p: p.ops[-1].load_state_dict({"mean": torch.tensor([0.3, 0.4, 0.5]), "std": torch.tensor([0.2, 0.3, 0.1])}),
+)
+
+
 def ops():
     return [ga.RandomResizedCrop(224), ga.RandomHorizontalFlip(), ga.RandomRotation(15),
             ga.ColorJitter(0.4, 0.4, 0.4, 0.1), ga.RandomGrayscale(0.2), ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD)]
@@ -77,6 +85,12 @@ def test_two_shapes_a_reseed_and_a_cpu_batch(photos):
     clips = large.view(4, 4, 3, 375, 500).cuda()
     for _ in range(3):
         assert torch.equal(graphed(clips), eager(clips))
+    for change in SETTINGS_CHANGES:  # each records anew: the values of the new settings
+        change(graphed)
+        change(eager)
+        for _ in range(3):
+            out = graphed(large)
+            assert torch.equal(out, eager(large)) and out.dtype == eager.compute_dtype()
 
 
 @cuda
@@ -277,6 +291,16 @@ def test_recorded_calls_per_shape_reseeded_kept_and_refused(photos, stand_in_gra
     for _ in range(3):  # the graphs were recorded for the old generator: dropped, recorded anew
         assert torch.equal(graphed(x), eager(x))
     assert len(stand_in_graphs) == cuda_graph.KEPT + 3
+    # Settings a recording bakes in: changed after it, the pipeline records anew (the stand-in
+    # replays whatever the settings; tests/test_cuda_graph.py's CUDA test checks the values).
+    for change in SETTINGS_CHANGES:
+        recorded = len(stand_in_graphs)
+        change(graphed)
+        change(eager)
+        for _ in range(3):
+            out = graphed(x)
+            assert torch.equal(out, eager(x)) and out.dtype == eager.compute_dtype()
+        assert len(stand_in_graphs) == recorded + 1
     # Other layouts of one shape: each its own graph, an expanded batch (repeated memory) included.
     for layout in (x.contiguous(memory_format=torch.channels_last), x[:1].expand(3, -1, -1, -1), x.flip(0),
                    (x / 255).requires_grad_()):

@@ -170,6 +170,17 @@ class Op(nn.Module):
     # one size, they mean nothing for images of another (the pipeline refuses such a replay).
     PIXEL_PARAMS = False
 
+    def __setattr__(self, name: str, value) -> None:
+        super().__setattr__(name, value)
+        if not name.startswith("_"):  # a setting (not a cache): count it, as a recorded CUDA graph
+            self.__dict__["settings_changed"] = self.__dict__.get("settings_changed", 0) + 1  # bakes them in
+
+    def settings(self) -> tuple:
+        """What a recorded call (:mod:`gpuaug.cuda_graph`) bakes in of this op, as comparable host
+        values: how often its settings were set, and its buffers' identities and versions (an
+        in-place edit, as ``load_state_dict`` makes, bumps a version)."""
+        return self.__dict__.get("settings_changed", 0), *((id(b), b._version) for b in self._buffers.values())
+
     def make_params(self, draw: Draw) -> Params:
         return {}
 
