@@ -6,8 +6,8 @@ the few that touch pixels, and on a fast GPU the host's time issuing them is mos
 records the whole call once for a batch of one shape and replays it with one launch.
 
 For each input key (shape, strides, dtype, and the pipeline's settings: its output dtype and
-layout, its ops' settings, so that ``pipeline.half()`` or a changed op records anew) on the
-pipeline's CUDA device:
+layout, ``GPUAUG_TRITON``, its ops' settings and buffers, so that ``pipeline.half()``, a changed
+op or a loaded Normalize records anew: :meth:`Pipeline._settings`) on the pipeline's CUDA device:
 
 1. the first call runs eagerly (it warms what a capture cannot do: Triton compiles, the small
    constants copied to the device once, cuBLAS set-up);

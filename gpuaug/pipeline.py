@@ -253,9 +253,10 @@ class Pipeline(nn.Module):
         return self._forward_eagerly(images, params, return_params)
 
     def _settings(self) -> tuple:
-        """What a recorded call bakes in besides its input: the output dtype and layout, and each
-        op's settings (:meth:`Op.settings`)."""
-        return self.dtype, self.channels_last, tuple(op.settings() for op in self.ops)
+        """What a recorded call bakes in besides its input: the output dtype and layout, whether
+        the Triton kernels run (``GPUAUG_TRITON``), and each op's settings (:meth:`Op.settings`)."""
+        return (self.dtype, self.channels_last, _gpu_kernels(self.device) is not None,
+                tuple(op.settings() for op in self.ops))
 
     def _graphable(self) -> bool:
         """Whether a batch tensor may go through a recorded CUDA graph (``cuda_graph=True``)."""
