@@ -22,7 +22,9 @@ the next replay. Where a recording fails, the key runs eagerly from then on, wit
 
 Kept: up to :data:`KEPT` graphs per pipeline, the least recently used dropped first; each holds a
 copy of its input batch and the call's intermediates in its own memory pool. Graphs are dropped
-when the pipeline's generator changes (``manual_seed``, ``to``).
+when the pipeline's generator changes (``manual_seed``, ``to``). Inputs that cycle through more
+shapes than that would record on most calls: after :data:`RERECORDINGS` recordings of dropped
+shapes, shapes not held run eagerly (one warning).
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ import torch
 from torch import Tensor
 
 KEPT = 4
+# Recordings of shapes dropped earlier (inputs cycling through more shapes than are kept): past
+# this many, shapes not held run eagerly (a recording costs a device sync and a garbage collection).
+RERECORDINGS = 8
 
 
 class _Graph:
@@ -54,6 +59,8 @@ class GraphedCalls:
     def __init__(self):
         self._graphs: OrderedDict = OrderedDict()  # key -> _Graph, or None: runs eagerly
         self._seen: set = set()
+        self._dropped: set = set()  # keys whose graph the LRU dropped
+        self._rerecorded = 0
         self._lock = threading.Lock()
 
     def __getstate__(self):
@@ -65,11 +72,6 @@ class GraphedCalls:
     def __deepcopy__(self, memo):
         return GraphedCalls()
 
-    def clear(self) -> None:
-        with self._lock:
-            self._graphs.clear()
-            self._seen.clear()
-
     @torch.no_grad()  # float input that requires grad: the copy into the graph's input records nothing
     def run(self, pipeline, images: Tensor, return_params: bool):
         key = (tuple(images.shape), images.stride(), images.dtype, images.device, pipeline._settings())
@@ -80,6 +82,7 @@ class GraphedCalls:
             if entry is not None and entry.generator is not generator:  # reseeded: recorded for another
                 self._graphs.clear()
                 self._seen.clear()
+                self._dropped.clear()
                 entry = None
             if entry is None:
                 if key in self._graphs:  # recording failed before
@@ -87,6 +90,14 @@ class GraphedCalls:
                 if key not in self._seen:  # the first call of this key: eager, as a warm-up
                     self._seen.add(key)
                     return None
+                if key in self._dropped:
+                    if self._rerecorded == RERECORDINGS:
+                        warnings.warn(f"gpuaug: cuda_graph recorded {RERECORDINGS} shapes again after dropping them "
+                                      f"(the input cycles through more than {KEPT} shapes): shapes it does not hold "
+                                      "run eagerly from now on", RuntimeWarning, stacklevel=4)
+                    self._rerecorded += 1
+                    if self._rerecorded > RERECORDINGS:
+                        return None
                 entry = self._record(pipeline, key, images, generator)
                 if entry is None:
                     return None
@@ -104,6 +115,7 @@ class GraphedCalls:
         while len([v for v in self._graphs.values() if v is not None]) >= KEPT:
             oldest = next(k for k, v in self._graphs.items() if v is not None)
             del self._graphs[oldest]
+            self._dropped.add(oldest)
         # The input's layout where it is dense (channels-last stays so), else contiguous (an
         # expanded batch's repeated memory cannot be copied into).
         static_in = torch.empty_like(images, device=pipeline.device).copy_(images)  # real values, recorded

@@ -274,6 +274,20 @@ def test_recorded_calls_replay_what_eager_calls_draw(photos, stand_in_graphs):
         graphed(x[:, :, :40, :50].contiguous(), params=params)
 
 
+def test_inputs_cycling_through_more_shapes_than_kept_stop_recording(photos, stand_in_graphs):
+    from gpuaug import cuda_graph
+
+    graphed = ga.Pipeline(*ops(), device="cpu", seed=6, cuda_graph=True)
+    eager = ga.Pipeline(*ops(), device="cpu", seed=6)
+    shapes = [batch(photos, 2, (30 + 2 * i, 40)) for i in range(cuda_graph.KEPT + 1)]
+    with pytest.warns(RuntimeWarning, match=f"recorded {cuda_graph.RERECORDINGS} shapes again"):
+        for _ in range(8):  # least recently used first: each shape's graph is gone when it comes back
+            for x in shapes:
+                assert torch.equal(graphed(x), eager(x))
+    # Each shape once, then the re-recordings allowed; eager from then on.
+    assert len(stand_in_graphs) == cuda_graph.KEPT + 1 + cuda_graph.RERECORDINGS
+
+
 def test_recorded_calls_per_shape_reseeded_kept_and_refused(photos, stand_in_graphs, monkeypatch):
     from gpuaug import cuda_graph
 
