@@ -172,8 +172,9 @@ class Op(nn.Module):
 
     def __setattr__(self, name: str, value) -> None:
         super().__setattr__(name, value)
-        if not name.startswith("_"):  # a setting (not a cache): count it, as a recorded CUDA graph
-            self.__dict__["settings_changed"] = self.__dict__.get("settings_changed", 0) + 1  # bakes them in
+        if not name.startswith("_") and name != "training":  # a setting (not a cache, not train()/eval(),
+            # which change nothing here): count it, as a recorded CUDA graph bakes settings in
+            self.__dict__["settings_changed"] = self.__dict__.get("settings_changed", 0) + 1
 
     def settings(self) -> tuple:
         """What a recorded call (:mod:`gpuaug.cuda_graph`) bakes in of this op, as comparable host
