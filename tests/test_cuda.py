@@ -73,11 +73,14 @@ def test_nearest_rotation_on_cuda_matches_the_cpu(photos, monkeypatch, dtype):
     assert (ref == 0.4).all(1).float().mean() > 0.02  # the fill, whole
 
 
-def test_no_host_sync_per_batch(photos):
-    pipe = ga.Pipeline(*ops(), ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD), device="cuda", seed=0)
+@pytest.mark.parametrize("cuda_graph", [False, True], ids=["eager", "cuda_graph"])
+def test_no_host_sync_per_batch(photos, cuda_graph):
+    pipe = ga.Pipeline(*ops(), ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD), device="cuda", seed=0,
+                       cuda_graph=cuda_graph)
     batch = torch.stack([torch.nn.functional.interpolate(p[None].float(), size=(375, 500))[0] for p in photos * 8])
     batch = batch.to(torch.uint8).cuda()
     pipe(batch)  # warm up: generator creation and lazy CUDA init may sync once
+    pipe(batch)  # (cuda_graph: recorded here; a recording synchronizes once)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
