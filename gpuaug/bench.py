@@ -14,7 +14,11 @@ Rows, per device and batch size:
 
 Batched rows get the photos resized once to a common 375x500 (kornia and torchvision cannot take a
 ragged list), uint8 and already on the device. Timings are medians over ``repeats`` after a
-warm-up; CPU rows run with one thread. The process keeps freed memory for all rows alike
+warm-up; CPU rows run with one thread. ``img/s`` times each call alone, waiting for the device
+after it (a call's latency: its host work and its kernels, one after the other). On CUDA a row
+also gets ``back to back``: :data:`BACK_TO_BACK` calls issued one after another and one wait at the
+end, as a training loop issues them (the host issues the next call while the device runs this
+one; a method that waits for the device inside its call, as kornia's draws do, gains little). The process keeps freed memory for all rows alike
 (:func:`gpuaug.keep_freed_memory`).
 """
 
@@ -48,6 +52,7 @@ GPUAUG_RAGGED = "gpuaug, ragged list input"
 GPUAUG_PACKED = "gpuaug, ragged PackedImages input"
 GPUAUG_TORCH_KERNELS = "gpuaug, torch kernels only (GPUAUG_TRITON=0)"
 GPUAUG_GRAPH = "gpuaug, cuda_graph=True (recorded call replayed)"
+BACK_TO_BACK = 8
 # Other libraries' rows: one that fails is reported as failed and the run goes on.
 PEERS = (KORNIA, KORNIA_COMPILED, TORCHVISION_BATCH)
 
@@ -85,16 +90,19 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _median_seconds(fn, device, repeats: int, warmup: int = 1) -> float:
+def _median_seconds(fn, device, repeats: int, warmup: int = 1, calls: int = 1) -> float:
+    """The median over ``repeats`` of the seconds a call takes, ``calls`` calls timed together
+    with one wait for the device after them."""
     for _ in range(warmup):
         fn()
     _sync(device)
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        fn()
+        for _ in range(calls):
+            fn()
         _sync(device)
-        times.append(time.perf_counter() - start)
+        times.append((time.perf_counter() - start) / calls)
     return statistics.median(times)
 
 
@@ -171,6 +179,9 @@ def run(devices=None, batch_sizes=(64, 256), repeats: int = 5, progress: bool = 
                 try:
                     seconds = _median_seconds(fn, device, repeats, warmup)
                     row.update(images_per_s=batch / seconds, ms_per_batch=seconds * 1000)
+                    if device.type == "cuda":
+                        row["back_to_back_images_per_s"] = batch / _median_seconds(fn, device, repeats, 0,
+                                                                                   BACK_TO_BACK)
                 except Exception as e:  # a peer that fails here (kornia under torch.compile, say) loses its row only
                     if method not in PEERS:
                         raise
@@ -208,10 +219,14 @@ def _add_ratios(rows: list[dict]) -> None:
         ok = r["images_per_s"] is not None
         r["x_torchvision_per_sample"] = r["images_per_s"] / base["images_per_s"] if ok and base else None
         r["x_kornia"] = r["images_per_s"] / kornia["images_per_s"] if ok and kornia and kornia["images_per_s"] else None
+        both = ok and kornia and r.get("back_to_back_images_per_s") and kornia.get("back_to_back_images_per_s")
+        r["x_kornia_back_to_back"] = r["back_to_back_images_per_s"] / kornia["back_to_back_images_per_s"] \
+            if both else None
 
 
 def format_table(rows: list[dict]) -> str:
-    head = f"{'device':<36} {'batch':>5}  {'method':<50} {'img/s':>10} {'ms/batch':>9} {'x tv/sample':>11} {'x kornia':>8}"
+    head = (f"{'device':<36} {'batch':>5}  {'method':<50} {'img/s':>10} {'ms/batch':>9} {'x tv/sample':>11} "
+            f"{'x kornia':>8} {'b2b img/s':>10} {'b2b x kornia':>12}")
     lines = [head, "-" * len(head)]
     for r in rows:
         if r["images_per_s"] is None:
@@ -219,10 +234,13 @@ def format_table(rows: list[dict]) -> str:
             continue
         tv = f"{r['x_torchvision_per_sample']:.2f}" if r["x_torchvision_per_sample"] else "-"
         ko = f"{r['x_kornia']:.2f}" if r["x_kornia"] else "-"
+        b2b = f"{r['back_to_back_images_per_s']:.1f}" if r.get("back_to_back_images_per_s") else "-"
+        b2b_ko = f"{r['x_kornia_back_to_back']:.2f}" if r.get("x_kornia_back_to_back") else "-"
         lines.append(f"{r['device'][:36]:<36} {r['batch']:>5}  {r['method']:<50} {r['images_per_s']:>10.1f} "
-                     f"{r['ms_per_batch']:>9.1f} {tv:>11} {ko:>8}")
+                     f"{r['ms_per_batch']:>9.1f} {tv:>11} {ko:>8} {b2b:>10} {b2b_ko:>12}")
     lines.append("x tv/sample: images/s over torchvision v2 per sample on one CPU core (one worker); "
-                 "x kornia: over kornia eager on the same device.")
+                 "x kornia: over kornia eager on the same device. img/s: each call timed alone (waiting "
+                 f"for the device after it); b2b (CUDA): {BACK_TO_BACK} calls back to back, one wait at the end.")
     return "\n".join(lines)
 
 

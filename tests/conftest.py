@@ -103,4 +103,5 @@ def interpreted_gpu_kernels():
     # Bigger tiles: fewer interpreted programs (each costs about a millisecond of Python). The
     # tile logic is the same at any size; both leave a partial last tile at 224x224.
     module.BLOCK, module.GEOMETRY_BLOCK = 4096, 16384
+    module.RESAMPLE_ROW_PIXELS, module.RESAMPLE_COLUMN_TILE = 16384, (128, 128)
     return module

@@ -39,6 +39,25 @@ def test_ratios_are_over_the_cpu_worker_and_kornia_on_the_same_device():
     ratios = [(r["x_torchvision_per_sample"], r["x_kornia"]) for r in rows]
     assert ratios == [(1.0, 2.0), (0.5, 1.0), (4.0, 8.0), (20.0, 1.0), (500.0, 25.0), (400.0, None), (1.0, None),
                       (None, None)]
+    assert all(r["x_kornia_back_to_back"] is None for r in rows)  # no back-to-back figures (CPU rows have none)
+    rows[3]["back_to_back_images_per_s"], rows[4]["back_to_back_images_per_s"] = 2500.0, 100000.0
+    bench._add_ratios(rows)
+    for r in rows:
+        r["ms_per_batch"] = r["images_per_s"] and r["batch"] / r["images_per_s"] * 1e3
+        r.setdefault("error", "kornia failed")
+    assert [r["x_kornia_back_to_back"] for r in rows] == [None, None, None, 1.0, 40.0, None, None, None]
+    assert "100000.0" in bench.format_table(rows) and "40.00" in bench.format_table(rows)
+
+
+def test_back_to_back_timing_waits_once_per_repeat(monkeypatch):
+    """``calls`` calls timed together, the device waited for once after them: the per-call median."""
+    events = []
+    monkeypatch.setattr(bench, "_sync", lambda device: events.append("sync"))
+    clock = iter(range(0, 1000, 8))
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: next(clock))
+    seconds = bench._median_seconds(lambda: events.append("call"), "cuda", repeats=3, warmup=1, calls=4)
+    assert seconds == 2.0  # 8 "seconds" for 4 calls
+    assert events == ["call", "sync"] + (["call"] * 4 + ["sync"]) * 3
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the no-GPU message")

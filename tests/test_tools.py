@@ -97,6 +97,15 @@ def test_count_ops_script_counts_every_layout(capsys):
         assert label in text
 
 
+def test_kernel_instructions_script_counts_each_kernel(capsys):
+    """Compiles for sm_90 and disassembles with the nvdisasm Triton ships: no GPU needed."""
+    pytest.importorskip("triton")
+    _script("kernel_instructions").main([])
+    lines = capsys.readouterr().out.splitlines()
+    per_pixel = {line.split(":")[0].strip(): int(line.split(" -> ")[1].split()[0]) for line in lines[1:]}
+    assert len(per_pixel) == 3 and all(10 < v < 1000 for v in per_pixel.values()), lines
+
+
 def test_cifar_bench_script_on_the_cpu(capsys):
     rows = _script("cifar_bench").main(["--batch", "8", "--repeats", "3"])
     text = capsys.readouterr().out
