@@ -42,7 +42,7 @@ class _CountLaunches:
         return launch(*args, **kwargs)
 
     def color_program(self, x, out, ops, factors, mean, inv_std, contrast_steps=None):
-        self.launches += min(ops.shape[1], ops.shape[1] if contrast_steps is None else contrast_steps) + 1
+        self.launches += (ops.shape[1] if contrast_steps is None else min(contrast_steps, ops.shape[1])) + 1
         return out
 
     def warp_affine(self, x, matrix, fill=None, blend=True, nearest=False):

@@ -52,13 +52,12 @@ def main(argv=None) -> None:
     axes = {"axes": "*fp32", "table": "*i64", "P": "i32", "Q": "i32", "limit": "i32", "stride_n": "i32",
             "stride_c": "i32", "stride_p": "i32", "scale": "fp32"}
     plain = dict(CHANNELS=3, RAGGED=False, ANTIALIAS=True, PAD=0, PAD_OUTPUT=False, CUBIC=False, stride_q=1)
-    row_q = min(triton.next_power_of_2(500), 1024)  # a 500-wide source, as resample_axes picks the tile
-    row_tile = (max(1, gk.RESAMPLE_ROW_PIXELS // row_q), row_q)
+    row_tile, column_tile = gk.resample_tiles(500)  # a 500-wide source
     kernels = [
         ("resampling, row pass (uint8, 5 taps)", gk._resample_kernel, {"src": "*u8", "out": "*fp16", **axes},
          {**plain, "TAPS": 5, "AXIS": 0, "BLOCK_P": row_tile[0], "BLOCK_Q": row_tile[1]}, gk.RESAMPLE_WARPS),
         ("resampling, column pass (float16, 6 taps)", gk._resample_kernel, {"src": "*fp16", "out": "*fp16", **axes},
-         {**plain, "TAPS": 6, "AXIS": 1, "BLOCK_P": gk.RESAMPLE_COLUMN_TILE[0], "BLOCK_Q": gk.RESAMPLE_COLUMN_TILE[1]},
+         {**plain, "TAPS": 6, "AXIS": 1, "BLOCK_P": column_tile[0], "BLOCK_Q": column_tile[1]},
          gk.RESAMPLE_WARPS),
         ("warp (float16, bilinear, fill)", gk._warp_kernel,
          {"src": "*fp16", "out": "*fp16", "matrix": "*fp32", "fill": "*fp32", "H": "i32", "W": "i32",

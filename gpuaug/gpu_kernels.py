@@ -281,6 +281,14 @@ if triton is not None:
             at = tl.where(at < lo, 2.0 * lo - at - 1.0, tl.where(at >= hi, 2.0 * hi - at - 1.0, at))
         return at
 
+    @triton.jit
+    def _spread(v, AXIS: tl.constexpr):
+        """A vector along the output coordinate of the pass (``AXIS`` 0: rows) across a tile."""
+        if AXIS == 0:
+            return v[:, None]
+        else:
+            return v[None, :]
+
     # `limit` (the source's largest row or column, a ragged batch's largest image) only bounds the
     # taps: specialising on its divisibility by 16 compiled a new variant whenever a ragged batch's
     # largest height or width was a multiple of 16 (~0.6 s on the H200, compile_check --ragged 8).
@@ -353,6 +361,11 @@ if triton is not None:
             first = tl.floor(center - 2.0 * support)
         else:
             first = tl.floor(center - support)
+        # The tile's pixels along the axis the pass does not resample: their offsets, which exist.
+        if AXIS == 0:
+            fixed, mask_o, mask_fixed = q.to(tl.int64)[None, :] * sq, mask_p, mask_q[None, :]
+        else:
+            fixed, mask_o, mask_fixed = p.to(tl.int64)[:, None] * sp, mask_q, mask_p[:, None]
         total = tl.full([BLOCK_P, BLOCK_Q], 0.0, tl.float32)
         weights = tl.full(o.shape, 0.0, tl.float32)
         for k in tl.static_range(TAPS):
@@ -370,23 +383,13 @@ if triton is not None:
                 read = w != 0.0
                 at = _pad_index(at, content_lo, content_hi, PAD)
             shift = tl.minimum(tl.maximum(at, 0.0), limit_f - 1.0).to(tl.int64) * (sp if AXIS == 0 else sq)
-            if AXIS == 0:
-                at_pq = plane + shift[:, None] + q.to(tl.int64)[None, :] * sq
-                read_pq = (read & mask_p)[:, None] & mask_q[None, :]
-                w_pq = w[:, None]
-            else:
-                at_pq = plane + p.to(tl.int64)[:, None] * sp + shift[None, :]
-                read_pq = mask_p[:, None] & (read & mask_q)[None, :]
-                w_pq = w[None, :]
-            total += w_pq * tl.load(at_pq, mask=read_pq, other=0).to(tl.float32)
+            source = tl.load(plane + fixed + _spread(shift, AXIS), mask=_spread(read & mask_o, AXIS) & mask_fixed,
+                             other=0)
+            total += _spread(w, AXIS) * source.to(tl.float32)
             weights += w
-        if AXIS == 0:
-            value = total / tl.maximum(weights, 1e-12)[:, None] * scale
-        else:
-            value = total / tl.maximum(weights, 1e-12)[None, :] * scale
+        value = total / _spread(tl.maximum(weights, 1e-12), AXIS) * scale
         if not PAD_OUTPUT:  # padding of a later crop
-            inside = (at_o >= valid_lo) & (at_o < valid_hi)
-            value = tl.where(inside[:, None] if AXIS == 0 else inside[None, :], value, 0.0)
+            value = tl.where(_spread((at_o >= valid_lo) & (at_o < valid_hi), AXIS), value, 0.0)
         target = out + plane_id.to(tl.int64) * P * Q + p[:, None] * Q + q[None, :]
         tl.store(target, value.to(out.dtype.element_ty), mask=mask_p[:, None] & mask_q[None, :])
 
@@ -518,6 +521,14 @@ def pack_images(images: list[Tensor] | PackedImages, device: torch.device) -> Pa
     return Packed(flat, to_device(rows, device, "int64"), shape, images)
 
 
+def resample_tiles(width: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The ``(BLOCK_P, BLOCK_Q)`` tiles of :func:`resample_axes`' row pass over a source ``width``
+    wide (whole rows: the width rounded up to a power of two, at most 1024; narrow images several
+    rows) and of its column pass."""
+    row = min(triton.next_power_of_2(width), 1024)
+    return (max(1, RESAMPLE_ROW_PIXELS // row), row), RESAMPLE_COLUMN_TILE
+
+
 def resample_axes(x: Tensor | Packed, axes: Tensor, size: tuple[int, int], taps: tuple[int, int],
                   dtype: torch.dtype, scale: float = 1.0, antialias: bool = True, pad_mode: str = "constant",
                   pad_output: bool = False, cubic: bool = False) -> Tensor:
@@ -557,8 +568,7 @@ def resample_axes(x: Tensor | Packed, axes: Tensor, size: tuple[int, int], taps:
     tmp = torch.empty(B, C, h, W, device=src.device, dtype=dtype)
     out = torch.empty(B, C, h, w, device=src.device, dtype=dtype)
     strides = (0, 0, 0, 0) if ragged else x.stride()
-    rows_q = min(triton.next_power_of_2(W), 1024)
-    rows_p, (cols_p, cols_q) = max(1, RESAMPLE_ROW_PIXELS // rows_q), RESAMPLE_COLUMN_TILE
+    (rows_p, rows_q), (cols_p, cols_q) = resample_tiles(W)
     for rows, n in _parts(B, C):  # a ragged part: the whole buffer, the part's rows of the table (absolute offsets)
         _resample_kernel[(triton.cdiv(h, rows_p) * triton.cdiv(W, rows_q), n * C)](
             src if ragged else rows(src), rows(tmp), rows(axes), rows(x.table) if ragged else axes, h, W, H, *strides,

@@ -438,8 +438,7 @@ def test_kernels_compile_for_the_gpus_we_target(arch):
                 # constexpr (a plain int in the kernel), which some tensor methods refuse.
                 ones = {name: 1 for name, kind in signature.items() if kind == "i32"}
                 for extra in ({}, ones) if channels == 3 else ({},):
-                    tile = ({"BLOCK_P": 1, "BLOCK_Q": 512} if constants["AXIS"] == 0 else
-                            dict(zip(("BLOCK_P", "BLOCK_Q"), gpu_kernels.RESAMPLE_COLUMN_TILE))) \
+                    tile = dict(zip(("BLOCK_P", "BLOCK_Q"), gpu_kernels.resample_tiles(500)[constants["AXIS"]])) \
                         if fn is gpu_kernels._resample_kernel else {"BLOCK": gpu_kernels.BLOCK}
                     consts = {**constants, **extra, **tile}
                     sig = {**signature, **{name: "constexpr" for name in consts}}
