@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The one device check, for a session that is lent a GPU (device tool, one call, ~4-5 minutes;
-# the timeouts below add up to ~12, past the device call's 600 s: the steps run in priority
-# order, so a cut loses the last ones, and each step's output is already under $OUT): CUDA tests, the GPU benchmark, torch.compile's effect, a
-# kernel profile of the pipeline (with the Triton kernels, then with GPUAUG_TRITON=0 for the
-# torch kernels), the worker-to-GPU handoff of a ragged batch and the CIFAR recipe, everything written under $OUT.
+# The one device check, for a session that is lent a GPU (device tool, one call: 445 s on the H200
+# on 2026-12-04, before the cuda_graph profile and the tile timing were added; the timeouts below
+# add up to ~15 minutes, past the device call's 600 s: the steps run in priority order, so a cut
+# loses the last ones, and each step's output is already under $OUT). In that order: CUDA tests,
+# the GPU benchmark, a kernel profile of the pipeline (eager, then cuda_graph=True), the
+# resampling's tiles timed (tune_kernels.py), torch.compile's effect, the profile with
+# GPUAUG_TRITON=0 (torch kernels), the worker-to-GPU handoff of a ragged batch and the CIFAR
+# recipe, everything written under $OUT.
 # Run from the repository root:  bash benchmarks/gpu_check.sh
 # The device image has torch, torchvision, scikit-image, tqdm and matplotlib but no kornia and no
 # network: carry kornia's wheels in wheels/ (pip download kornia kornia-rs --no-deps
@@ -44,17 +47,20 @@ echo "== GPU benchmark (cuda rows, and cpu rows for the per-sample torchvision r
 timeout 240 $PY -m gpuaug bench --device cuda --device cpu --batch-sizes 64 256 --repeats 5 --no-progress \
   --json "$OUT/bench_gpu.json" --plot "$OUT/bench_gpu.png" 2>&1 | tee "$OUT/bench_gpu.txt" | tail -n 16
 
-echo "== torch.compile on CUDA (batch 256): default, then reduce-overhead (CUDA graphs: is eager launch-bound?)"
-timeout 75 $PY benchmarks/compile_check.py --device cuda --batch 256 --ragged 8 2>&1 | tee "$OUT/compile_gpu.txt" | tail -n 5
-timeout 75 $PY benchmarks/compile_check.py --device cuda --batch 256 --mode reduce-overhead 2>&1 \
-  | tee "$OUT/compile_gpu_graphs.txt" | tail -n 5
-
 echo "== where the CUDA pipeline's time goes (batch 256)"
 timeout 45 $PY benchmarks/profile_pipeline.py --device cuda --batch 256 2>&1 | tee "$OUT/profile_gpu.txt" | tail -n 28
 
 echo "== the same with Pipeline(cuda_graph=True): the call recorded once, replayed (host work per call)"
 timeout 45 $PY benchmarks/profile_pipeline.py --device cuda --batch 256 --rows 8 --cuda-graph 2>&1 \
   | tee "$OUT/profile_gpu_graph.txt" | tail -n 14
+
+echo "== the resampling's tiles and warps, timed (each Triton kernel alone, batch 256: one size, then ragged)"
+timeout 100 $PY benchmarks/tune_kernels.py --device cuda --batch 256 2>&1 | tee "$OUT/tune_gpu.txt" | tail -n 8
+
+echo "== torch.compile on CUDA (batch 256): default, then reduce-overhead (CUDA graphs: is eager launch-bound?)"
+timeout 75 $PY benchmarks/compile_check.py --device cuda --batch 256 --ragged 8 2>&1 | tee "$OUT/compile_gpu.txt" | tail -n 5
+timeout 75 $PY benchmarks/compile_check.py --device cuda --batch 256 --mode reduce-overhead 2>&1 \
+  | tee "$OUT/compile_gpu_graphs.txt" | tail -n 5
 
 echo "== the same with the torch color kernels instead of the Triton one (GPUAUG_TRITON=0)"
 GPUAUG_TRITON=0 timeout 45 $PY benchmarks/profile_pipeline.py --device cuda --batch 256 --rows 8 2>&1 \

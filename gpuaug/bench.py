@@ -57,8 +57,8 @@ BACK_TO_BACK = 8
 PEERS = (KORNIA, KORNIA_COMPILED, TORCHVISION_BATCH)
 
 
-def gpuaug_pipeline(device, cuda_graph: bool = False) -> Pipeline:
-    return Pipeline(RandomResizedCrop(SIZE), RandomHorizontalFlip(), RandomRotation(15),
+def gpuaug_pipeline(device, cuda_graph: bool = False, size: int = SIZE) -> Pipeline:
+    return Pipeline(RandomResizedCrop(size), RandomHorizontalFlip(), RandomRotation(15),
                     ColorJitter(0.4, 0.4, 0.4, 0.1), Normalize(IMAGENET_MEAN, IMAGENET_STD), device=device, seed=0,
                     cuda_graph=cuda_graph)
 

@@ -1,7 +1,11 @@
 """`gpuaug profile` and `gpuaug bench --loader` on small generated folders."""
 
 import json
+import os
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -66,7 +70,6 @@ def test_loader_bench_quick(tmp_path, capsys):
 
 def _script(name: str):
     import importlib.util
-    from pathlib import Path
 
     path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(name, path)
@@ -104,6 +107,24 @@ def test_kernel_instructions_script_counts_each_kernel(capsys):
     lines = capsys.readouterr().out.splitlines()
     per_pixel = {line.split(":")[0].strip(): int(line.split(" -> ")[1].split()[0]) for line in lines[1:]}
     assert len(per_pixel) == 3 and all(10 < v < 1000 for v in per_pixel.values()), lines
+
+
+def test_tune_kernels_script_runs_through_the_interpreter():
+    """Times the resampling per tile setting on a GPU; here (Triton's interpreter, its own process:
+    TRITON_INTERPRET is read when Triton loads) only that it runs and reports every kernel."""
+    pytest.importorskip("triton")
+    script = Path(__file__).parents[1] / "benchmarks" / "tune_kernels.py"
+    done = subprocess.run([sys.executable, str(script), "--device", "cpu", "--batch", "2", "--size", "24", "32",
+                           "--crop", "8", "--repeats", "1", "--quick"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = done.stdout
+    assert text.count("row pixels") >= 2 + 2 + 1 and "fastest over both inputs" in text, text
+    for label in ("one size", "ragged PackedImages"):
+        assert f"other kernels, {label}, as they are: warp_affine" in text and "color_program" in text, text
+    without = subprocess.run([sys.executable, str(script), "--device", "cpu"], capture_output=True, text=True,
+                             timeout=120, env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"})
+    assert without.returncode != 0 and "TRITON_INTERPRET=1" in without.stderr
 
 
 def test_cifar_bench_script_on_the_cpu(capsys):

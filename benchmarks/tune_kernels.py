@@ -1,0 +1,144 @@
+"""Which tiles should the resampling kernel use? `python benchmarks/tune_kernels.py --device cuda`.
+
+The resampling's tiles and warps (``gpuaug.gpu_kernels.RESAMPLE_ROW_PIXELS``,
+``RESAMPLE_COLUMN_TILE``, ``RESAMPLE_WARPS``) were chosen without a GPU, by counting instructions
+(benchmarks/kernel_instructions.py). This times them: one call of the README pipeline (`gpuaug
+bench`'s ops) on ``--batch`` photos records the arguments it gives each Triton kernel (the
+resampling, the warp, the color program), then each kernel runs alone on those arguments, the
+resampling once per setting of the grid below, timed by CUDA events (median of ``--repeats``),
+for a one-size uint8 batch (the photos resized to 375x500) and for the ragged photos in one
+buffer (``ga.PackedImages``, what ``ga.data.collate`` gives). It prints every setting's time,
+the fastest, and the default's; the warp and the color program are timed as they are, for scale.
+Part of benchmarks/gpu_check.sh.
+
+Without CUDA it runs the kernels through Triton's interpreter on the CPU (set
+``TRITON_INTERPRET=1`` before Python starts; tiny ``--size`` and ``--crop``, and ``--quick``): a check that
+the script works, not a timing.
+"""
+
+import argparse
+import itertools
+import os
+import statistics
+import time
+
+import torch
+
+import gpuaug as ga
+import gpuaug.pipeline as pipeline_module
+from gpuaug import cpu, gpu_kernels
+from gpuaug.bench import gpuaug_pipeline, uniform_batch
+
+ROW_PIXELS = (512, 1024, 2048, 4096)
+COLUMN_TILES = ((16, 32), (32, 32), (64, 32), (16, 64), (32, 64))
+WARPS = (2, 4, 8)
+KNOBS = ("RESAMPLE_ROW_PIXELS", "RESAMPLE_COLUMN_TILE", "RESAMPLE_WARPS")
+
+
+def record_launches(pipe, images) -> dict:
+    """Run ``pipe(images)`` once and return, by name, the ``(launch, args, kwargs)`` of each
+    Triton kernel call it made (``gpu_kernels.guarded`` is the one door they go through)."""
+    calls, guarded = {}, gpu_kernels.guarded
+
+    def recording(launch, *args, **kwargs):
+        calls[launch.__name__] = (launch, args, kwargs)
+        return guarded(launch, *args, **kwargs)
+
+    gpu_kernels.guarded = recording
+    try:
+        pipe(images)
+    finally:
+        gpu_kernels.guarded = guarded
+    return calls
+
+
+def seconds(call, repeats: int, device: torch.device) -> float:
+    """Median seconds of ``call()`` (after one call that compiles): CUDA events on a GPU."""
+    call()
+    if device.type != "cuda":
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+    torch.cuda.synchronize(device)
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
+    for start, end in events:
+        start.record()
+        call()
+        end.record()
+    torch.cuda.synchronize(device)
+    return statistics.median(start.elapsed_time(end) for start, end in events) / 1000
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--size", type=int, nargs=2, default=(375, 500), metavar=("H", "W"),
+                        help="the one-size batch's image size (the ragged photos are scaled to match)")
+    parser.add_argument("--crop", type=int, default=224, help="RandomResizedCrop's output size")
+    parser.add_argument("--quick", action="store_true", help="two settings of the grid (a check that it runs)")
+    args = parser.parse_args(argv)
+    device = ga.select_device(args.device)
+    saved = ({k: getattr(gpu_kernels, k) for k in KNOBS}, cpu.OWN_PATH, pipeline_module._gpu_kernels)
+    if device.type != "cuda":
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            raise SystemExit("tune_kernels.py: without CUDA, run it with TRITON_INTERPRET=1 (a check, no timing)")
+        cpu.OWN_PATH = False  # the CUDA code path on the CPU, the kernels interpreted
+        pipeline_module._gpu_kernels = lambda d: gpu_kernels
+    try:
+        _tune(args, device)
+    finally:
+        for k, v in saved[0].items():
+            setattr(gpu_kernels, k, v)
+        cpu.OWN_PATH, pipeline_module._gpu_kernels = saved[1], saved[2]
+
+
+def _tune(args, device: torch.device) -> None:
+    photos = ga.sample_images(args.batch)
+    scale = args.size[0] / 375
+    ragged = [torch.nn.functional.interpolate(p[None].float(), scale_factor=scale, antialias=True, mode="bilinear")[0]
+              .round().clamp(0, 255).to(torch.uint8) for p in photos] if scale != 1 else photos
+    inputs = {"one size": uniform_batch(photos, tuple(args.size)).to(device),
+              "ragged PackedImages": ga.PackedImages.pack(ragged).to(device)}
+    pipe = gpuaug_pipeline(device, size=args.crop)
+    recorded = {label: record_launches(pipe, x) for label, x in inputs.items()}
+    grid = list(itertools.product(ROW_PIXELS, COLUMN_TILES, WARPS))
+    default = tuple(getattr(gpu_kernels, k) for k in KNOBS)
+    if args.quick:
+        grid = [default, (ROW_PIXELS[0], COLUMN_TILES[0], WARPS[0])]
+    elif default not in grid:
+        grid.append(default)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU, Triton's interpreter (no timing)"
+    print(f"tune_kernels: {name}, batch {args.batch}, {time.strftime('%Y-%m-%d %H:%M')}, median of {args.repeats}")
+    times = {}
+    for setting in grid:
+        for k, v in zip(KNOBS, setting):
+            setattr(gpu_kernels, k, v)
+        times[setting] = {}
+        for label, calls in recorded.items():
+            launch, a, kw = calls["resample_axes"]
+            times[setting][label] = seconds(lambda: launch(*a, **kw), args.repeats, device)
+        print("  row pixels {:5d}, column tile {!s:9}, warps {}: ".format(*setting)
+              + ", ".join(f"{label} {t * 1e3:.3f} ms" for label, t in times[setting].items()), flush=True)
+    for k, v in zip(KNOBS, default):
+        setattr(gpu_kernels, k, v)
+    print("resampling, two passes (ms per batch):")
+    for label in inputs:
+        best = min(times, key=lambda s: times[s][label])
+        print(f"  {label}: default {times[default][label] * 1e3:.3f} (row pixels {default[0]}, column tile "
+              f"{default[1]}, warps {default[2]}); fastest {times[best][label] * 1e3:.3f} (row pixels {best[0]}, "
+              f"column tile {best[1]}, warps {best[2]})")
+    total = min(times, key=lambda s: sum(times[s].values()))
+    print(f"  fastest over both inputs: row pixels {total[0]}, column tile {total[1]}, warps {total[2]}")
+    for label, calls in recorded.items():
+        others = ", ".join(f"{n} {seconds(lambda c=c: c[0](*c[1], **c[2]), args.repeats, device) * 1e3:.3f} ms"
+                           for n, c in calls.items() if n != "resample_axes")
+        print(f"other kernels, {label}, as they are: {others}")
+
+
+if __name__ == "__main__":
+    main()
