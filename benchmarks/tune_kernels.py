@@ -1,19 +1,20 @@
-"""Which tiles should the resampling kernel use? `python benchmarks/tune_kernels.py --device cuda`.
+"""Which tiles should the Triton kernels use? `python benchmarks/tune_kernels.py --device cuda`.
 
 The resampling's tiles and warps (``gpuaug.gpu_kernels.RESAMPLE_ROW_PIXELS``,
-``RESAMPLE_COLUMN_TILE``, ``RESAMPLE_WARPS``) were chosen without a GPU, by counting instructions
-(benchmarks/kernel_instructions.py). This times them: one call of the README pipeline (`gpuaug
+``RESAMPLE_COLUMN_TILE``, ``RESAMPLE_WARPS``) and the warp's (``GEOMETRY_BLOCK``, ``WARP_WARPS``)
+were chosen without a GPU (benchmarks/kernel_instructions.py counts instructions). This times them: one call of the README pipeline (`gpuaug
 bench`'s ops) on ``--batch`` photos records the arguments it gives each Triton kernel (the
 resampling, the warp, the color program), then each kernel runs alone on those arguments, the
-resampling once per setting of the grid below, timed by CUDA events (median of ``--repeats``),
-for a one-size uint8 batch (the photos resized to 375x500) and for the ragged photos in one
-buffer (``ga.PackedImages``, what ``ga.data.collate`` gives). It prints every setting's time,
-the fastest, and the default's; the warp and the color program are timed as they are, for scale.
+resampling and the warp once per setting of their grids below (the warp's pixels per program and
+warps), timed by CUDA events (median of ``--repeats``), for a one-size uint8 batch (the photos
+resized to 375x500) and for the ragged photos in one buffer (``ga.PackedImages``, what
+``ga.data.collate`` gives). It prints every setting's time, the fastest, and the default's; the
+color program is timed as it is, for scale.
 Part of benchmarks/gpu_check.sh.
 
 Without CUDA it runs the kernels through Triton's interpreter on the CPU (set
-``TRITON_INTERPRET=1`` before Python starts; tiny ``--size`` and ``--crop``, and ``--quick``): a check that
-the script works, not a timing.
+``TRITON_INTERPRET=1`` before Python starts; tiny ``--size`` and ``--crop``, and ``--quick``): a
+check that the script works, not a timing.
 """
 
 import argparse
@@ -29,10 +30,13 @@ import gpuaug.pipeline as pipeline_module
 from gpuaug import cpu, gpu_kernels
 from gpuaug.bench import gpuaug_pipeline, uniform_batch
 
-ROW_PIXELS = (512, 1024, 2048, 4096)
-COLUMN_TILES = ((16, 32), (32, 32), (64, 32), (16, 64), (32, 64))
-WARPS = (2, 4, 8)
-KNOBS = ("RESAMPLE_ROW_PIXELS", "RESAMPLE_COLUMN_TILE", "RESAMPLE_WARPS")
+# Settings timed: (gpu_kernels constants, their values) for the resampling, then the warp.
+RESAMPLING = (("RESAMPLE_ROW_PIXELS", "RESAMPLE_COLUMN_TILE", "RESAMPLE_WARPS"),
+              list(itertools.product((512, 1024, 2048, 4096), ((16, 32), (32, 32), (64, 32), (16, 64), (32, 64)),
+                                     (2, 4, 8))))
+# The warp: pixels and warps per program, so 1 to 32 pixels a thread (Triton lays them out 32 x
+# warps apart: a warp's 32 threads read neighbouring pixels at any setting; sm_90, Triton 3.8).
+WARP = (("GEOMETRY_BLOCK", "WARP_WARPS"), list(itertools.product((256, 512, 1024, 2048), (2, 4, 8))))
 
 
 def record_launches(pipe, images) -> dict:
@@ -80,10 +84,11 @@ def main(argv=None) -> None:
     parser.add_argument("--size", type=int, nargs=2, default=(375, 500), metavar=("H", "W"),
                         help="the one-size batch's image size (the ragged photos are scaled to match)")
     parser.add_argument("--crop", type=int, default=224, help="RandomResizedCrop's output size")
-    parser.add_argument("--quick", action="store_true", help="two settings of the grid (a check that it runs)")
+    parser.add_argument("--quick", action="store_true", help="two settings of each grid (a check that it runs)")
     args = parser.parse_args(argv)
     device = ga.select_device(args.device)
-    saved = ({k: getattr(gpu_kernels, k) for k in KNOBS}, cpu.OWN_PATH, pipeline_module._gpu_kernels)
+    knobs = RESAMPLING[0] + WARP[0]
+    saved = ({k: getattr(gpu_kernels, k) for k in knobs}, cpu.OWN_PATH, pipeline_module._gpu_kernels)
     if device.type != "cuda":
         if os.environ.get("TRITON_INTERPRET") != "1":
             raise SystemExit("tune_kernels.py: without CUDA, run it with TRITON_INTERPRET=1 (a check, no timing)")
@@ -106,38 +111,39 @@ def _tune(args, device: torch.device) -> None:
               "ragged PackedImages": ga.PackedImages.pack(ragged).to(device)}
     pipe = gpuaug_pipeline(device, size=args.crop)
     recorded = {label: record_launches(pipe, x) for label, x in inputs.items()}
-    grid = list(itertools.product(ROW_PIXELS, COLUMN_TILES, WARPS))
-    default = tuple(getattr(gpu_kernels, k) for k in KNOBS)
-    if args.quick:
-        grid = [default, (ROW_PIXELS[0], COLUMN_TILES[0], WARPS[0])]
-    elif default not in grid:
-        grid.append(default)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU, Triton's interpreter (no timing)"
     print(f"tune_kernels: {name}, batch {args.batch}, {time.strftime('%Y-%m-%d %H:%M')}, median of {args.repeats}")
+    for kernel, (knobs, grid) in (("resample_axes", RESAMPLING), ("warp_affine", WARP)):
+        _sweep(kernel, knobs, grid, recorded, args, device)
+    for label, calls in recorded.items():
+        print(f"color_program, {label}, as it is: "
+              f"{seconds(lambda c=calls['color_program']: c[0](*c[1], **c[2]), args.repeats, device) * 1e3:.3f} ms")
+
+
+def _sweep(kernel: str, knobs: tuple, grid: list, recorded: dict, args, device: torch.device) -> None:
+    """Time ``kernel`` on each input's recorded arguments at each setting of ``knobs``; print them all,
+    then the default's time and the fastest setting's, per input and over both."""
+    default = tuple(getattr(gpu_kernels, k) for k in knobs)
+    grid = [default, grid[0] if grid[0] != default else grid[-1]] if args.quick else \
+        grid + [default] * (default not in grid)
+    print(f"{kernel} ({', '.join(knobs)}), ms per batch:")
     times = {}
     for setting in grid:
-        for k, v in zip(KNOBS, setting):
+        for k, v in zip(knobs, setting):
             setattr(gpu_kernels, k, v)
         times[setting] = {}
         for label, calls in recorded.items():
-            launch, a, kw = calls["resample_axes"]
+            launch, a, kw = calls[kernel]
             times[setting][label] = seconds(lambda: launch(*a, **kw), args.repeats, device)
-        print("  row pixels {:5d}, column tile {!s:9}, warps {}: ".format(*setting)
-              + ", ".join(f"{label} {t * 1e3:.3f} ms" for label, t in times[setting].items()), flush=True)
-    for k, v in zip(KNOBS, default):
+        print(f"  {setting}: " + ", ".join(f"{label} {t * 1e3:.3f}" for label, t in times[setting].items()), flush=True)
+    for k, v in zip(knobs, default):
         setattr(gpu_kernels, k, v)
-    print("resampling, two passes (ms per batch):")
-    for label in inputs:
+    for label in recorded:
         best = min(times, key=lambda s: times[s][label])
-        print(f"  {label}: default {times[default][label] * 1e3:.3f} (row pixels {default[0]}, column tile "
-              f"{default[1]}, warps {default[2]}); fastest {times[best][label] * 1e3:.3f} (row pixels {best[0]}, "
-              f"column tile {best[1]}, warps {best[2]})")
-    total = min(times, key=lambda s: sum(times[s].values()))
-    print(f"  fastest over both inputs: row pixels {total[0]}, column tile {total[1]}, warps {total[2]}")
-    for label, calls in recorded.items():
-        others = ", ".join(f"{n} {seconds(lambda c=c: c[0](*c[1], **c[2]), args.repeats, device) * 1e3:.3f} ms"
-                           for n, c in calls.items() if n != "resample_axes")
-        print(f"other kernels, {label}, as they are: {others}")
+        print(f"  {label}: default {default} {times[default][label] * 1e3:.3f}, fastest {best} "
+              f"{times[best][label] * 1e3:.3f}")
+    best = min(times, key=lambda s: sum(times[s].values()))
+    print(f"  fastest over both inputs: {best} (" + ", ".join(f"{k}={v}" for k, v in zip(knobs, best)) + ")")
 
 
 if __name__ == "__main__":

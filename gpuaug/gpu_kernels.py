@@ -51,9 +51,11 @@ try:
 except ImportError:  # pragma: no cover - torch's Linux CUDA wheels ship triton
     triton = None
 
-# Pixels per program (4 warps x 32 threads x 8) of the color kernels and of the geometry kernels.
+# Pixels per program (4 warps x 32 threads x 8) of the color kernels and of the warp, and the
+# warp's warps per program (benchmarks/tune_kernels.py times other settings).
 BLOCK = 1024
 GEOMETRY_BLOCK = 1024
+WARP_WARPS = 4
 # The resampling's tiles. A pass's taps and weights depend on the output row (row pass) or column
 # (column pass) alone, and each thread computes them once for the row (column) it holds, not once
 # per pixel: the row pass takes whole rows (up to 1024 columns, a power of two; narrow images
@@ -475,7 +477,7 @@ def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor | None = None, blend: bo
     for rows, n in _parts(B):
         _warp_kernel[(triton.cdiv(H * W, GEOMETRY_BLOCK), n)](
             rows(x), rows(out), rows(matrix), fill_arg, H, W, *x.stride(), CHANNELS=C, FILL=fill is not None,
-            BLEND=bool(blend), NEAREST=bool(nearest), BLOCK=GEOMETRY_BLOCK)
+            BLEND=bool(blend), NEAREST=bool(nearest), BLOCK=GEOMETRY_BLOCK, num_warps=WARP_WARPS)
     return out
 
 
