@@ -62,7 +62,8 @@ def main(argv=None) -> None:
         ("warp (float16, bilinear, fill)", gk._warp_kernel,
          {"src": "*fp16", "out": "*fp16", "matrix": "*fp32", "fill": "*fp32", "H": "i32", "W": "i32",
           "stride_n": "i32", "stride_c": "i32", "stride_h": "i32", "stride_w": "i32"},
-         {"CHANNELS": 3, "FILL": True, "BLEND": True, "NEAREST": False, "BLOCK": gk.GEOMETRY_BLOCK}, 4),
+         {"CHANNELS": 3, "FILL": True, "BLEND": True, "NEAREST": False, "BLOCK": gk.GEOMETRY_BLOCK,
+          "GROUP_ROWS": gk.WARP_GROUP_ROWS}, gk.WARP_WARPS),
     ]
     print(f"SASS instructions per output pixel, sm_{args.arch}, Triton {triton.__version__}")
     for label, fn, signature, constants, warps in kernels:

@@ -1,16 +1,16 @@
 """Which tiles should the Triton kernels use? `python benchmarks/tune_kernels.py --device cuda`.
 
 The resampling's tiles and warps (``gpuaug.gpu_kernels.RESAMPLE_ROW_PIXELS``,
-``RESAMPLE_COLUMN_TILE``, ``RESAMPLE_WARPS``) and the warp's (``GEOMETRY_BLOCK``, ``WARP_WARPS``)
-were chosen without a GPU (benchmarks/kernel_instructions.py counts instructions). This times them: one call of the README pipeline (`gpuaug
-bench`'s ops) on ``--batch`` photos records the arguments it gives each Triton kernel (the
-resampling, the warp, the color program), then each kernel runs alone on those arguments, the
-resampling and the warp once per setting of their grids below (the warp's pixels per program and
-warps), timed by CUDA events (median of ``--repeats``), for a one-size uint8 batch (the photos
-resized to 375x500) and for the ragged photos in one buffer (``ga.PackedImages``, what
-``ga.data.collate`` gives). It prints every setting's time, the fastest, and the default's; the
-color program is timed as it is, for scale.
-Part of benchmarks/gpu_check.sh.
+``RESAMPLE_COLUMN_TILE``, ``RESAMPLE_WARPS``) and the warp's (``GEOMETRY_BLOCK``, ``WARP_WARPS``,
+``WARP_GROUP_ROWS``) were chosen without a GPU (benchmarks/kernel_instructions.py counts
+instructions). This times them: one call of the README pipeline (`gpuaug bench`'s ops) on
+``--batch`` photos records the arguments it gives each Triton kernel (the resampling, the warp,
+the color program), then each kernel runs alone on those arguments, the resampling and the warp
+once per setting of their grids below, timed by CUDA events (median of ``--repeats``), for a
+one-size uint8 batch (the photos resized to 375x500) and for the ragged photos in one buffer
+(``ga.PackedImages``, what ``ga.data.collate`` gives). It prints every setting's time, the
+fastest, and the default's; the color program is timed as it is, for scale. Part of
+benchmarks/gpu_check.sh.
 
 Without CUDA it runs the kernels through Triton's interpreter on the CPU (set
 ``TRITON_INTERPRET=1`` before Python starts; tiny ``--size`` and ``--crop``, and ``--quick``): a
@@ -34,9 +34,10 @@ from gpuaug.bench import gpuaug_pipeline, uniform_batch
 RESAMPLING = (("RESAMPLE_ROW_PIXELS", "RESAMPLE_COLUMN_TILE", "RESAMPLE_WARPS"),
               list(itertools.product((512, 1024, 2048, 4096), ((16, 32), (32, 32), (64, 32), (16, 64), (32, 64)),
                                      (2, 4, 8))))
-# The warp: pixels and warps per program, so 1 to 32 pixels a thread (Triton lays them out 32 x
-# warps apart: a warp's 32 threads read neighbouring pixels at any setting; sm_90, Triton 3.8).
-WARP = (("GEOMETRY_BLOCK", "WARP_WARPS"), list(itertools.product((256, 512, 1024, 2048), (2, 4, 8))))
+# The warp: pixels and warps per program (1 to 32 pixels a thread), and the rows of each warp's
+# 32-pixel group (1: row order; 2, 4: 2x16, 4x8 groups, fewer cache lines a load once rotated).
+WARP = (("GEOMETRY_BLOCK", "WARP_WARPS", "WARP_GROUP_ROWS"),
+        list(itertools.product((256, 512, 1024, 2048), (2, 4, 8), (1, 2, 4))))
 
 
 def record_launches(pipe, images) -> dict:
@@ -124,7 +125,7 @@ def _sweep(kernel: str, knobs: tuple, grid: list, recorded: dict, args, device: 
     """Time ``kernel`` on each input's recorded arguments at each setting of ``knobs``; print them all,
     then the default's time and the fastest setting's, per input and over both."""
     default = tuple(getattr(gpu_kernels, k) for k in knobs)
-    grid = [default, grid[0] if grid[0] != default else grid[-1]] if args.quick else \
+    grid = [default, grid[-1] if grid[-1] != default else grid[0]] if args.quick else \
         grid + [default] * (default not in grid)
     print(f"{kernel} ({', '.join(knobs)}), ms per batch:")
     times = {}

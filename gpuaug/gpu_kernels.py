@@ -51,11 +51,15 @@ try:
 except ImportError:  # pragma: no cover - torch's Linux CUDA wheels ship triton
     triton = None
 
-# Pixels per program (4 warps x 32 threads x 8) of the color kernels and of the warp, and the
-# warp's warps per program (benchmarks/tune_kernels.py times other settings).
+# Pixels per program (4 warps x 32 threads x 8) of the color kernels and of the warp; the warp's
+# warps per program and the rows of each warp's 32-pixel group (1: a tile is in row order; 2 or 4:
+# 2x16 or 4x8 groups in tiles 32 wide, which read fewer cache lines a load once rotated: at 15
+# degrees ~6 against ~9, at 0 degrees 2-4 against 1.25; not yet timed). benchmarks/tune_kernels.py
+# times the settings on a GPU.
 BLOCK = 1024
 GEOMETRY_BLOCK = 1024
 WARP_WARPS = 4
+WARP_GROUP_ROWS = 1
 # The resampling's tiles. A pass's taps and weights depend on the output row (row pass) or column
 # (column pass) alone, and each thread computes them once for the row (column) it holds, not once
 # per pixel: the row pass takes whole rows (up to 1024 columns, a power of two; narrow images
@@ -217,14 +221,28 @@ if triton is not None:
     @triton.jit
     def _warp_kernel(src, out, matrix, fill, H, W, stride_n, stride_c, stride_h, stride_w,
                      CHANNELS: tl.constexpr, FILL: tl.constexpr, BLEND: tl.constexpr, NEAREST: tl.constexpr,
-                     BLOCK: tl.constexpr):
+                     BLOCK: tl.constexpr, GROUP_ROWS: tl.constexpr):
         """Grid ``(tiles, B)``: bilinear (``NEAREST``: nearest) samples of one tile of sample n's
         output, as ``grid_sample(align_corners=False, padding_mode="zeros")`` at the coordinates
-        its matrix gives, then torchvision's fill rule; ``src`` read through its strides (any layout)."""
+        its matrix gives, then torchvision's fill rule; ``src`` read through its strides (any layout).
+
+        A tile is ``BLOCK`` pixels in row order (``GROUP_ROWS`` 1), or ``BLOCK // 32`` rows of 32
+        columns in groups of ``GROUP_ROWS`` rows x ``32 // GROUP_ROWS`` columns: a warp's 32
+        threads hold 32 consecutive pixels of the tile (Triton's layout here), so each load the
+        warp makes reads one group, whose taps, rotated, may span fewer source rows (cache lines)
+        than 32 pixels of one row."""
         tile, n = tl.program_id(0), tl.program_id(1)
-        offs = tile * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < H * W
-        i, j = offs // W, offs % W
+        if GROUP_ROWS > 1:
+            lane, group = tl.arange(0, BLOCK) % 32, tl.arange(0, BLOCK) // 32
+            tiles_w = (W + 31) // 32
+            i = (tile // tiles_w) * (BLOCK // 32) + GROUP_ROWS * (group // GROUP_ROWS) + lane // (32 // GROUP_ROWS)
+            j = (tile % tiles_w) * 32 + (32 // GROUP_ROWS) * (group % GROUP_ROWS) + lane % (32 // GROUP_ROWS)
+            mask = (i < H) & (j < W)
+            offs = i * W + j
+        else:
+            offs = tile * BLOCK + tl.arange(0, BLOCK)
+            mask = offs < H * W
+            i, j = offs // W, offs % W
         m = matrix + n * 9
         xs = (2 * j + 1).to(tl.float32) / W - 1.0  # pixel centers in normalized coordinates
         ys = (2 * i + 1).to(tl.float32) / H - 1.0
@@ -474,10 +492,13 @@ def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor | None = None, blend: bo
     out = torch.empty(B, C, H, W, device=x.device, dtype=x.dtype)
     matrix = matrix.to(x.device, torch.float32).contiguous()
     fill_arg = fill.to(x.device, torch.float32).contiguous() if fill is not None else matrix
+    groups = WARP_GROUP_ROWS > 1
+    tiles = triton.cdiv(H, GEOMETRY_BLOCK // 32) * triton.cdiv(W, 32) if groups else triton.cdiv(H * W, GEOMETRY_BLOCK)
     for rows, n in _parts(B):
-        _warp_kernel[(triton.cdiv(H * W, GEOMETRY_BLOCK), n)](
+        _warp_kernel[(tiles, n)](
             rows(x), rows(out), rows(matrix), fill_arg, H, W, *x.stride(), CHANNELS=C, FILL=fill is not None,
-            BLEND=bool(blend), NEAREST=bool(nearest), BLOCK=GEOMETRY_BLOCK, num_warps=WARP_WARPS)
+            BLEND=bool(blend), NEAREST=bool(nearest), BLOCK=GEOMETRY_BLOCK, GROUP_ROWS=WARP_GROUP_ROWS,
+            num_warps=WARP_WARPS)
     return out
 
 

@@ -326,6 +326,24 @@ def test_nearest_warp_matches_the_torch_warp(kernel, dtype, fill):
     assert torch.isin(out.float().flatten(), values).all()  # every output value is a source pixel or the fill
 
 
+@pytest.mark.parametrize("group_rows", [2, 4])
+@pytest.mark.parametrize("block", [256, 1024])
+def test_warp_pixel_groups_give_what_row_order_gives(kernel, monkeypatch, nan_empty, group_rows, block):
+    """WARP_GROUP_ROWS only changes which thread computes which pixel (tiles 32 wide of 2x16 or
+    4x8 groups instead of row order): the output is the same, bit for bit, every pixel written
+    (sizes that leave partial tiles and groups; bilinear and nearest, fill, 1 and 3 channels)."""
+    g = torch.Generator().manual_seed(9)
+    for (h, w), channels, nearest in (((37, 52), 3, False), ((5, 3), 1, True), ((70, 33), 3, True)):
+        x = torch.rand(3, channels, h, w, generator=g).to(torch.float16)
+        m, fill = _matrices(3, h, w), torch.rand(channels, generator=g)
+        monkeypatch.setattr(kernel, "GEOMETRY_BLOCK", block)
+        monkeypatch.setattr(kernel, "WARP_GROUP_ROWS", 1)
+        rows = kernel.warp_affine(x, m, fill, True, nearest)
+        monkeypatch.setattr(kernel, "WARP_GROUP_ROWS", group_rows)
+        grouped = kernel.warp_affine(x, m, fill, True, nearest)
+        assert not grouped.isnan().any() and torch.equal(grouped, rows), (h, w)
+
+
 def test_warp_reads_a_transposed_layout(kernel):
     """resample_separable returns a transposed view; the kernel reads it through its strides."""
     x = torch.rand(3, 3, 52, 37, generator=torch.Generator().manual_seed(7)).transpose(-1, -2)  # (3, 3, 37, 52)
@@ -427,11 +445,12 @@ def test_kernels_compile_for_the_gpus_we_target(arch):
                 (gpu_kernels._warp_kernel,
                  {**images, "matrix": "*fp32", "fill": "*fp32", "H": "i32", "W": "i32", "stride_n": "i32",
                   "stride_c": "i32", "stride_h": "i32", "stride_w": "i32"},
-                 {"CHANNELS": channels, "FILL": True, "BLEND": True, "NEAREST": dtype == "bf16"}),
+                 {"CHANNELS": channels, "FILL": True, "BLEND": True, "NEAREST": dtype == "bf16", "GROUP_ROWS": 1}),
                 (gpu_kernels._warp_kernel,
                  {**images, "matrix": "*fp32", "fill": "*fp32", "H": "i32", "W": "i32", "stride_n": "i32",
                   "stride_c": "i32", "stride_h": "i32", "stride_w": "i32"},
-                 {"CHANNELS": channels, "FILL": False, "BLEND": channels == 3, "NEAREST": dtype == "fp32"}),
+                 {"CHANNELS": channels, "FILL": False, "BLEND": channels == 3, "NEAREST": dtype == "fp32",
+                  "GROUP_ROWS": 2 if channels == 3 else 4}),
             ]
             for fn, signature, constants in kernels:
                 # As given, then with every int argument 1: Triton passes such a value as a

@@ -130,6 +130,14 @@ def test_tune_kernels_script_runs_through_the_interpreter():
     assert without.returncode != 0 and "TRITON_INTERPRET=1" in without.stderr
 
 
+def test_warp_cache_lines_model(capsys):
+    """Unrotated, the model is plain arithmetic: a tap of 32 pixels of a row reads 64 bytes, in
+    one 128-byte line or, shifted by a pixel, sometimes two; a 4x8 group's tap reads 4 rows."""
+    _script("warp_cache_lines").main(["--max-degrees", "15"])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4 and "groups of 1x32: at 0 degrees 1.25" in lines[1] and "4x8: at 0 degrees 4.25" in lines[3]
+
+
 def test_cifar_bench_script_on_the_cpu(capsys):
     rows = _script("cifar_bench").main(["--batch", "8", "--repeats", "3"])
     text = capsys.readouterr().out
