@@ -54,8 +54,8 @@ echo "== the same with Pipeline(cuda_graph=True): the call recorded once, replay
 timeout 45 $PY benchmarks/profile_pipeline.py --device cuda --batch 256 --rows 8 --cuda-graph 2>&1 \
   | tee "$OUT/profile_gpu_graph.txt" | tail -n 14
 
-echo "== the resampling's tiles and warps, timed (each Triton kernel alone, batch 256: one size, then ragged)"
-timeout 100 $PY benchmarks/tune_kernels.py --device cuda --batch 256 2>&1 | tee "$OUT/tune_gpu.txt" | tail -n 8
+echo "== the resampling's and the warp's tiles, timed (each kernel alone, batch 256), then the call with the fastest"
+timeout 100 $PY benchmarks/tune_kernels.py --device cuda --batch 256 2>&1 | tee "$OUT/tune_gpu.txt" | tail -n 16
 
 echo "== torch.compile on CUDA (batch 256): default, then reduce-overhead (CUDA graphs: is eager launch-bound?)"
 timeout 75 $PY benchmarks/compile_check.py --device cuda --batch 256 --ragged 8 2>&1 | tee "$OUT/compile_gpu.txt" | tail -n 5

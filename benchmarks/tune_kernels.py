@@ -9,8 +9,9 @@ the color program), then each kernel runs alone on those arguments, the resampli
 once per setting of their grids below, timed by CUDA events (median of ``--repeats``), for a
 one-size uint8 batch (the photos resized to 375x500) and for the ragged photos in one buffer
 (``ga.PackedImages``, what ``ga.data.collate`` gives). It prints every setting's time, the
-fastest, and the default's; the color program is timed as it is, for scale. Part of
-benchmarks/gpu_check.sh.
+fastest, and the default's; the color program is timed as it is, for scale. Last, the whole
+pipeline call (img/s, as `gpuaug bench` times it) with the defaults and with the fastest settings.
+Part of benchmarks/gpu_check.sh.
 
 Without CUDA it runs the kernels through Triton's interpreter on the CPU (set
 ``TRITON_INTERPRET=1`` before Python starts; tiny ``--size`` and ``--crop``, and ``--quick``): a
@@ -28,7 +29,7 @@ import torch
 import gpuaug as ga
 import gpuaug.pipeline as pipeline_module
 from gpuaug import cpu, gpu_kernels
-from gpuaug.bench import gpuaug_pipeline, uniform_batch
+from gpuaug.bench import BACK_TO_BACK, gpuaug_pipeline, median_seconds, uniform_batch
 
 # Settings timed: (gpu_kernels constants, their values) for the resampling, then the warp.
 RESAMPLING = (("RESAMPLE_ROW_PIXELS", "RESAMPLE_COLUMN_TILE", "RESAMPLE_WARPS"),
@@ -114,16 +115,30 @@ def _tune(args, device: torch.device) -> None:
     recorded = {label: record_launches(pipe, x) for label, x in inputs.items()}
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU, Triton's interpreter (no timing)"
     print(f"tune_kernels: {name}, batch {args.batch}, {time.strftime('%Y-%m-%d %H:%M')}, median of {args.repeats}")
+    fastest = {}
     for kernel, (knobs, grid) in (("resample_axes", RESAMPLING), ("warp_affine", WARP)):
-        _sweep(kernel, knobs, grid, recorded, args, device)
+        fastest.update(zip(knobs, _sweep(kernel, knobs, grid, recorded, args, device)))
     for label, calls in recorded.items():
         print(f"color_program, {label}, as it is: "
               f"{seconds(lambda c=calls['color_program']: c[0](*c[1], **c[2]), args.repeats, device) * 1e3:.3f} ms")
+    # The whole call with the defaults, then with both kernels' fastest settings (as gpuaug bench
+    # times it: each call alone, waiting for the device; and calls back to back, one wait).
+    calls = 2 if args.quick else BACK_TO_BACK
+    print(f"the pipeline call, img/s (each call alone | {calls} calls back to back):")
+    for label, settings in (("default", {}), ("fastest settings", fastest)):
+        for k, v in settings.items():
+            setattr(gpu_kernels, k, v)
+        rates = []
+        for name, x in inputs.items():
+            alone = median_seconds(lambda: pipe(x), device, args.repeats)
+            together = median_seconds(lambda: pipe(x), device, max(1, args.repeats // 3), 0, calls)
+            rates.append(f"{name} {args.batch / alone:.0f} | {args.batch / together:.0f}")
+        print(f"  {label}: " + ", ".join(rates), flush=True)
 
 
-def _sweep(kernel: str, knobs: tuple, grid: list, recorded: dict, args, device: torch.device) -> None:
+def _sweep(kernel: str, knobs: tuple, grid: list, recorded: dict, args, device: torch.device) -> tuple:
     """Time ``kernel`` on each input's recorded arguments at each setting of ``knobs``; print them all,
-    then the default's time and the fastest setting's, per input and over both."""
+    then the default's time and the fastest setting's, per input and over both -> the fastest over both."""
     default = tuple(getattr(gpu_kernels, k) for k in knobs)
     grid = [default, grid[-1] if grid[-1] != default else grid[0]] if args.quick else \
         grid + [default] * (default not in grid)
@@ -145,6 +160,7 @@ def _sweep(kernel: str, knobs: tuple, grid: list, recorded: dict, args, device: 
               f"{times[best][label] * 1e3:.3f}")
     best = min(times, key=lambda s: sum(times[s].values()))
     print(f"  fastest over both inputs: {best} (" + ", ".join(f"{k}={v}" for k, v in zip(knobs, best)) + ")")
+    return best
 
 
 if __name__ == "__main__":

@@ -90,7 +90,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _median_seconds(fn, device, repeats: int, warmup: int = 1, calls: int = 1) -> float:
+def median_seconds(fn, device, repeats: int, warmup: int = 1, calls: int = 1) -> float:
     """The median over ``repeats`` of the seconds a call takes, ``calls`` calls timed together
     with one wait for the device after them."""
     for _ in range(warmup):
@@ -177,10 +177,10 @@ def run(devices=None, batch_sizes=(64, 256), repeats: int = 5, progress: bool = 
                 bar.set_postfix_str(f"{device.type} b={batch} {method[:28]}")
                 row = {"device": _device_name(device), "batch": batch, "method": method}
                 try:
-                    seconds = _median_seconds(fn, device, repeats, warmup)
+                    seconds = median_seconds(fn, device, repeats, warmup)
                     row.update(images_per_s=batch / seconds, ms_per_batch=seconds * 1000)
                     if device.type == "cuda":
-                        row["back_to_back_images_per_s"] = batch / _median_seconds(fn, device, repeats, 0,
+                        row["back_to_back_images_per_s"] = batch / median_seconds(fn, device, repeats, 0,
                                                                                    BACK_TO_BACK)
                 except Exception as e:  # a peer that fails here (kornia under torch.compile, say) loses its row only
                     if method not in PEERS:

@@ -55,7 +55,7 @@ def test_back_to_back_timing_waits_once_per_repeat(monkeypatch):
     monkeypatch.setattr(bench, "_sync", lambda device: events.append("sync"))
     clock = iter(range(0, 1000, 8))
     monkeypatch.setattr(bench.time, "perf_counter", lambda: next(clock))
-    seconds = bench._median_seconds(lambda: events.append("call"), "cuda", repeats=3, warmup=1, calls=4)
+    seconds = bench.median_seconds(lambda: events.append("call"), "cuda", repeats=3, warmup=1, calls=4)
     assert seconds == 2.0  # 8 "seconds" for 4 calls
     assert events == ["call", "sync"] + (["call"] * 4 + ["sync"]) * 3
 
@@ -185,7 +185,7 @@ def test_a_run_cut_short_leaves_its_rows(tmp_path, monkeypatch, capsys):
             raise KeyboardInterrupt  # as `timeout` would stop it
         return 0.01
 
-    monkeypatch.setattr(bench, "_median_seconds", timed)
+    monkeypatch.setattr(bench, "median_seconds", timed)
     path = tmp_path / "partial.json"
     with pytest.raises(KeyboardInterrupt):
         main(["bench", "--quick", "--device", "cpu", "--no-progress", "--json", str(path)])

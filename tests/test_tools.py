@@ -125,6 +125,8 @@ def test_tune_kernels_script_runs_through_the_interpreter():
         assert "default" in section and "fastest" in section, text
     for label in ("one size", "ragged PackedImages"):
         assert f"color_program, {label}, as it is:" in text, text
+    calls = text.split("the pipeline call, img/s")[1]
+    assert "  default: one size" in calls and "  fastest settings: one size" in calls, text
     without = subprocess.run([sys.executable, str(script), "--device", "cpu"], capture_output=True, text=True,
                              timeout=120, env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"})
     assert without.returncode != 0 and "TRITON_INTERPRET=1" in without.stderr
