@@ -34,7 +34,11 @@ fi
   $PY -c "import kornia; print('kornia', kornia.__version__)" 2>/dev/null || echo "kornia: missing (kornia rows skipped)"
 } | tee "$OUT/device.txt"
 
-echo "== CUDA tests"
+# Each step's header says how long the script has run (the issue asks the tests and the benchmark,
+# the first two steps, to take under 5 minutes), also kept in $OUT/steps.txt.
+step() { echo "== [${SECONDS}s] $1" | tee -a "$OUT/steps.txt"; }
+
+step "CUDA tests"
 timeout 180 $PY -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_cuda_path.py tests/test_cuda_graph.py \
   tests/test_data.py::test_device_loader_on_cuda_overlaps_and_matches_cpu \
   tests/test_data.py::test_gpu_decode_falls_back_to_cpu_without_cuda \
@@ -43,31 +47,33 @@ timeout 180 $PY -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_c
   "tests/test_randomness.py::test_deterministic_algorithms_mode_is_accepted_and_repeats_bitwise" 2>&1 \
   | tee "$OUT/cuda_tests.txt" | tail -n 15
 
-echo "== GPU benchmark (cuda rows, and cpu rows for the per-sample torchvision reference)"
+step "GPU benchmark (cuda rows, and cpu rows for the per-sample torchvision reference)"
 timeout 240 $PY -m gpuaug bench --device cuda --device cpu --batch-sizes 64 256 --repeats 5 --no-progress \
   --json "$OUT/bench_gpu.json" --plot "$OUT/bench_gpu.png" 2>&1 | tee "$OUT/bench_gpu.txt" | tail -n 16
 
-echo "== where the CUDA pipeline's time goes (batch 256)"
+step "where the CUDA pipeline's time goes (batch 256)"
 timeout 45 $PY benchmarks/profile_pipeline.py --device cuda --batch 256 2>&1 | tee "$OUT/profile_gpu.txt" | tail -n 28
 
-echo "== the same with Pipeline(cuda_graph=True): the call recorded once, replayed (host work per call)"
+step "the same with Pipeline(cuda_graph=True): the call recorded once, replayed (host work per call)"
 timeout 45 $PY benchmarks/profile_pipeline.py --device cuda --batch 256 --rows 8 --cuda-graph 2>&1 \
   | tee "$OUT/profile_gpu_graph.txt" | tail -n 14
 
-echo "== the resampling's and the warp's tiles, timed (each kernel alone, batch 256), then the call with the fastest"
+step "the resampling's and the warp's tiles, timed (each kernel alone, batch 256), then the call with the fastest"
 timeout 100 $PY benchmarks/tune_kernels.py --device cuda --batch 256 2>&1 | tee "$OUT/tune_gpu.txt" | tail -n 16
 
-echo "== torch.compile on CUDA (batch 256): default, then reduce-overhead (CUDA graphs: is eager launch-bound?)"
+step "torch.compile on CUDA (batch 256): default, then reduce-overhead (CUDA graphs: is eager launch-bound?)"
 timeout 75 $PY benchmarks/compile_check.py --device cuda --batch 256 --ragged 8 2>&1 | tee "$OUT/compile_gpu.txt" | tail -n 5
 timeout 75 $PY benchmarks/compile_check.py --device cuda --batch 256 --mode reduce-overhead 2>&1 \
   | tee "$OUT/compile_gpu_graphs.txt" | tail -n 5
 
-echo "== the same with the torch color kernels instead of the Triton one (GPUAUG_TRITON=0)"
+step "the same with the torch color kernels instead of the Triton one (GPUAUG_TRITON=0)"
 GPUAUG_TRITON=0 timeout 45 $PY benchmarks/profile_pipeline.py --device cuda --batch 256 --rows 8 2>&1 \
   | tee "$OUT/profile_gpu_no_triton.txt" | tail -n 14
 
-echo "== handing a ragged batch of 256 from the workers to the GPU: a list versus PackedImages"
+step "handing a ragged batch of 256 from the workers to the GPU: a list versus PackedImages"
 timeout 45 $PY benchmarks/handoff_bench.py --device cuda --rounds 1 --wait 2 2>&1 | tee "$OUT/handoff_gpu.txt" | tail -n 5
 
-echo "== the CIFAR recipe on CUDA (RandomCrop(32, padding=4) + flip + Normalize, batch 256 of 32x32)"
+step "the CIFAR recipe on CUDA (RandomCrop(32, padding=4) + flip + Normalize, batch 256 of 32x32)"
 timeout 60 $PY benchmarks/cifar_bench.py --device cuda 2>&1 | tee "$OUT/cifar_gpu.txt" | tail -n 10
+
+step "done"
