@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one device check, for a session that is lent a GPU (device tool, one call: 445 s on the H200
 # on 2026-12-04, before the cuda_graph profile and the tile timing were added; the timeouts below
-# add up to ~15 minutes, past the device call's 600 s: the steps run in priority order, so a cut
+# add up to ~16 minutes, past the device call's 600 s: the steps run in priority order, so a cut
 # loses the last ones, and each step's output is already under $OUT). In that order: CUDA tests,
 # the GPU benchmark, a kernel profile of the pipeline (eager, then cuda_graph=True), the
 # resampling's tiles timed (tune_kernels.py), torch.compile's effect, the profile with
@@ -59,7 +59,7 @@ timeout 45 $PY benchmarks/profile_pipeline.py --device cuda --batch 256 --rows 8
   | tee "$OUT/profile_gpu_graph.txt" | tail -n 14
 
 step "the resampling's and the warp's tiles, timed (each kernel alone, batch 256), then the call with the fastest"
-timeout 100 $PY benchmarks/tune_kernels.py --device cuda --batch 256 2>&1 | tee "$OUT/tune_gpu.txt" | tail -n 16
+timeout 150 $PY benchmarks/tune_kernels.py --device cuda --batch 256 2>&1 | tee "$OUT/tune_gpu.txt" | tail -n 16
 
 step "torch.compile on CUDA (batch 256): default, then reduce-overhead (CUDA graphs: is eager launch-bound?)"
 timeout 75 $PY benchmarks/compile_check.py --device cuda --batch 256 --ragged 8 2>&1 | tee "$OUT/compile_gpu.txt" | tail -n 5

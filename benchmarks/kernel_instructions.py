@@ -45,35 +45,70 @@ def instructions(fn, signature: dict, constants: dict, warps: int, arch: int) ->
     return Counter(m.group(1) for m in map(_INSTRUCTION.match, sass.splitlines()) if m)
 
 
+def _resampling_passes(first_axis: int, taps: dict, out: tuple[int, int], source: tuple[int, int]) -> list:
+    """The two launches :func:`gpu_kernels.resample_axes` makes with ``RESAMPLE_FIRST_AXIS`` =
+    ``first_axis``: (label, signature, constexprs, the pass's output (P, Q))."""
+    axes = {"axes": "*fp32", "table": "*i64", "P": "i32", "Q": "i32", "limit": "i32", "stride_n": "i32",
+            "stride_c": "i32", "stride_p": "i32", "scale": "fp32"}
+    plain = dict(CHANNELS=3, RAGGED=False, ANTIALIAS=True, PAD=0, PAD_OUTPUT=False, CUBIC=False, stride_q=1)
+    (h, w), (H, W) = out, source
+    passes = []
+    for axis, src, first in ((first_axis, "*u8", True), (1 - first_axis, "*fp16", False)):
+        shape = (h, w) if not first else (h, W) if axis == 0 else (H, w)
+        tile = gk.resample_tiles(shape[1])[axis]
+        label = f"{'row' if axis == 0 else 'column'} pass {'first' if first else 'second'} ({src[1:]}, {taps[axis]} taps)"
+        passes.append((label, {"src": src, "out": "*fp16", **axes},
+                       {**plain, "TAPS": taps[axis], "AXIS": axis, "FIRST": first, "BLOCK_P": tile[0], "BLOCK_Q": tile[1]},
+                       shape))
+    return passes
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--arch", type=int, default=90, help="compute capability x10 (90: H100/H200)")
     args = parser.parse_args(argv)
-    axes = {"axes": "*fp32", "table": "*i64", "P": "i32", "Q": "i32", "limit": "i32", "stride_n": "i32",
-            "stride_c": "i32", "stride_p": "i32", "scale": "fp32"}
-    plain = dict(CHANNELS=3, RAGGED=False, ANTIALIAS=True, PAD=0, PAD_OUTPUT=False, CUBIC=False, stride_q=1)
-    row_tile, column_tile = gk.resample_tiles(500)  # a 500-wide source
-    kernels = [
-        ("resampling, row pass (uint8, 5 taps)", gk._resample_kernel, {"src": "*u8", "out": "*fp16", **axes},
-         {**plain, "TAPS": 5, "AXIS": 0, "BLOCK_P": row_tile[0], "BLOCK_Q": row_tile[1]}, gk.RESAMPLE_WARPS),
-        ("resampling, column pass (float16, 6 taps)", gk._resample_kernel, {"src": "*fp16", "out": "*fp16", **axes},
-         {**plain, "TAPS": 6, "AXIS": 1, "BLOCK_P": column_tile[0], "BLOCK_Q": column_tile[1]},
-         gk.RESAMPLE_WARPS),
-        ("warp (float16, bilinear, fill)", gk._warp_kernel,
-         {"src": "*fp16", "out": "*fp16", "matrix": "*fp32", "fill": "*fp32", "H": "i32", "W": "i32",
-          "stride_n": "i32", "stride_c": "i32", "stride_h": "i32", "stride_w": "i32"},
-         {"CHANNELS": 3, "FILL": True, "BLEND": True, "NEAREST": False, "BLOCK": gk.GEOMETRY_BLOCK,
-          "GROUP_ROWS": gk.WARP_GROUP_ROWS}, gk.WARP_WARPS),
-    ]
+    # The README pipeline's resampling: a 375x500 photo, RandomResizedCrop(224) (taps for its
+    # largest scale, 375/224 and 500/224), and a crop of 248 x 330: the mean side of its crops
+    # (the square root of an area fraction drawn from (0.08, 1), times 375 and 500).
+    source, out, crop_rows, crop_cols = (375, 500), (224, 224), 248, 330
+    taps = {0: 5, 1: 6}
     print(f"SASS instructions per output pixel, sm_{args.arch}, Triton {triton.__version__}")
-    for label, fn, signature, constants, warps in kernels:
-        counts = instructions(fn, signature, constants, warps, args.arch)
-        pixels = (constants.get("BLOCK") or constants["BLOCK_P"] * constants["BLOCK_Q"]) / (32 * warps)
-        channels = constants["CHANNELS"] if fn is gk._warp_kernel else 1  # the warp writes all channels
-        total = sum(counts.values())
-        print(f"  {label}: {total} instructions, {pixels:g} pixels x {channels} channel(s) a thread -> "
-              f"{total / pixels / channels:.0f} per pixel and channel; loads {counts['LDG']}, "
-              f"top: {', '.join(f'{k} {v}' for k, v in counts.most_common(5))}")
+    per_plane = {}
+    for first_axis in (0, 1):
+        total_plane = 0
+        print(f"  {'rows' if first_axis == 0 else 'columns'} first:")
+        for label, signature, constants, (P, Q) in _resampling_passes(first_axis, taps, out, source):
+            counts = instructions(gk._resample_kernel, signature, constants, gk.RESAMPLE_WARPS, args.arch)
+            tile = (constants["BLOCK_P"], constants["BLOCK_Q"])
+            pixels = tile[0] * tile[1] / (32 * gk.RESAMPLE_WARPS)
+            total = sum(counts.values())
+            print(f"    resampling, {label}: {total} instructions, {pixels:g} pixels x 1 channel(s) a thread -> "
+                  f"{total / pixels:.0f} per pixel and channel; loads {counts['LDG']}, "
+                  f"top: {', '.join(f'{k} {v}' for k, v in counts.most_common(5))}")
+            # Programs run whole tiles (masked lanes issue too); a first pass skips the tiles
+            # wholly outside the crop (its lines across: rows of a column pass, columns of a row pass).
+            rows, cols = -(-P // tile[0]), -(-Q // tile[1])
+            if constants["FIRST"] and first_axis == 1:
+                rows = min(rows, -(-crop_rows // tile[0]) + 1)
+            elif constants["FIRST"]:  # (a tile is a whole row here: none is skipped)
+                cols = min(cols, -(-crop_cols // tile[1]) + 1)
+            total_plane += rows * cols * tile[0] * tile[1] * total / pixels
+        per_plane[first_axis] = total_plane
+    warp = ("warp (float16, bilinear, fill)", gk._warp_kernel,
+            {"src": "*fp16", "out": "*fp16", "matrix": "*fp32", "fill": "*fp32", "H": "i32", "W": "i32",
+             "stride_n": "i32", "stride_c": "i32", "stride_h": "i32", "stride_w": "i32"},
+            {"CHANNELS": 3, "FILL": True, "BLEND": True, "NEAREST": False, "BLOCK": gk.GEOMETRY_BLOCK,
+             "GROUP_ROWS": gk.WARP_GROUP_ROWS}, gk.WARP_WARPS)
+    label, fn, signature, constants, warps = warp
+    counts = instructions(fn, signature, constants, warps, args.arch)
+    pixels = constants["BLOCK"] / (32 * warps)
+    total = sum(counts.values())
+    print(f"  {label}: {total} instructions, {pixels:g} pixels x 3 channel(s) a thread -> "
+          f"{total / pixels / 3:.0f} per pixel and channel; loads {counts['LDG']}, "
+          f"top: {', '.join(f'{k} {v}' for k, v in counts.most_common(5))}")
+    print(f"resampling of one plane, {source[0]}x{source[1]} -> a {crop_rows}x{crop_cols} crop -> {out[0]}x{out[1]} "
+          f"(whole tiles), M instructions: rows first {per_plane[0] / 1e6:.2f}, columns first "
+          f"{per_plane[1] / 1e6:.2f} (RESAMPLE_FIRST_AXIS = {gk.RESAMPLE_FIRST_AXIS} now)")
 
 
 if __name__ == "__main__":

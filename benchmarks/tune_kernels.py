@@ -1,17 +1,17 @@
 """Which tiles should the Triton kernels use? `python benchmarks/tune_kernels.py --device cuda`.
 
-The resampling's tiles and warps (``gpuaug.gpu_kernels.RESAMPLE_ROW_PIXELS``,
-``RESAMPLE_COLUMN_TILE``, ``RESAMPLE_WARPS``) and the warp's (``GEOMETRY_BLOCK``, ``WARP_WARPS``,
-``WARP_GROUP_ROWS``) were chosen without a GPU (benchmarks/kernel_instructions.py counts
-instructions). This times them: one call of the README pipeline (`gpuaug bench`'s ops) on
-``--batch`` photos records the arguments it gives each Triton kernel (the resampling, the warp,
-the color program), then each kernel runs alone on those arguments, the resampling and the warp
-once per setting of their grids below, timed by CUDA events (median of ``--repeats``), for a
-one-size uint8 batch (the photos resized to 375x500) and for the ragged photos in one buffer
-(``ga.PackedImages``, what ``ga.data.collate`` gives). It prints every setting's time, the
-fastest, and the default's; the color program is timed as it is, for scale. Last, the whole
-pipeline call (img/s, as `gpuaug bench` times it) with the defaults and with the fastest settings.
-Part of benchmarks/gpu_check.sh.
+The resampling's pass order, tiles and warps (``gpuaug.gpu_kernels.RESAMPLE_FIRST_AXIS``,
+``RESAMPLE_ROW_PIXELS``, ``RESAMPLE_COLUMN_TILE``, ``RESAMPLE_WARPS``) and the warp's
+(``GEOMETRY_BLOCK``, ``WARP_WARPS``, ``WARP_GROUP_ROWS``) were chosen without a GPU
+(benchmarks/kernel_instructions.py counts instructions). This times them: one call of the README
+pipeline (`gpuaug bench`'s ops) on ``--batch`` photos records the arguments it gives each Triton
+kernel (the resampling, the warp, the color program), then each kernel runs alone on those
+arguments, the resampling and the warp once per setting of their grids below, timed by CUDA
+events (median of ``--repeats``), for a one-size uint8 batch (the photos resized to 375x500) and
+for the ragged photos in one buffer (``ga.PackedImages``, what ``ga.data.collate`` gives). It
+prints every setting's time, the fastest, and the default's; the color program is timed as it
+is, for scale. Last, the whole pipeline call (img/s, as `gpuaug bench` times it) with the
+defaults and with the fastest settings. Part of benchmarks/gpu_check.sh.
 
 Without CUDA it runs the kernels through Triton's interpreter on the CPU (set
 ``TRITON_INTERPRET=1`` before Python starts; tiny ``--size`` and ``--crop``, and ``--quick``): a
@@ -32,9 +32,8 @@ from gpuaug import cpu, gpu_kernels
 from gpuaug.bench import BACK_TO_BACK, gpuaug_pipeline, median_seconds, uniform_batch
 
 # Settings timed: (gpu_kernels constants, their values) for the resampling, then the warp.
-RESAMPLING = (("RESAMPLE_ROW_PIXELS", "RESAMPLE_COLUMN_TILE", "RESAMPLE_WARPS"),
-              list(itertools.product((512, 1024, 2048, 4096), ((16, 32), (32, 32), (64, 32), (16, 64), (32, 64)),
-                                     (2, 4, 8))))
+RESAMPLING = (("RESAMPLE_FIRST_AXIS", "RESAMPLE_ROW_PIXELS", "RESAMPLE_COLUMN_TILE", "RESAMPLE_WARPS"),
+              list(itertools.product((0, 1), (512, 1024, 2048), ((16, 32), (32, 32), (64, 32), (32, 64)), (2, 4))))
 # The warp: pixels and warps per program (1 to 32 pixels a thread), and the rows of each warp's
 # 32-pixel group (1: row order; 2, 4: 2x16, 4x8 groups, fewer cache lines a load once rotated).
 WARP = (("GEOMETRY_BLOCK", "WARP_WARPS", "WARP_GROUP_ROWS"),

@@ -69,6 +69,14 @@ WARP_GROUP_ROWS = 1
 RESAMPLE_ROW_PIXELS = 512
 RESAMPLE_COLUMN_TILE = (32, 32)
 RESAMPLE_WARPS = 2
+# Which axis the resampling's first pass resamples: 0, rows, then columns; 1, columns, then rows.
+# The first pass computes only the lines the second reads (the crop's), but a program runs its
+# whole tile: for a 375x500 photo cut and resized to 224x224 the first pass computes 224 rows x
+# the whole width in row order (a tile is a whole row: narrower row tiles cost more per pixel),
+# ~the crop's rows x 224 in column order, whose tiles of rows outside the crop return at once.
+# benchmarks/kernel_instructions.py counts ~14% fewer instructions in column order; not yet timed
+# (benchmarks/tune_kernels.py times both on a GPU).
+RESAMPLE_FIRST_AXIS = 0
 # CUDA's limit on a grid's second dimension, where these kernels put the samples (or sample x
 # channel planes): a bigger batch (a CIFAR-sized dataset augmented at once: 50000 x 3 planes) is
 # launched in parts of whole samples.
@@ -316,7 +324,7 @@ if triton is not None:
     def _resample_kernel(src, out, axes, table, P, Q, limit, stride_n, stride_c, stride_p, stride_q, scale,
                          CHANNELS: tl.constexpr, TAPS: tl.constexpr, AXIS: tl.constexpr, RAGGED: tl.constexpr,
                          ANTIALIAS: tl.constexpr, PAD: tl.constexpr, PAD_OUTPUT: tl.constexpr,
-                         CUBIC: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr):
+                         CUBIC: tl.constexpr, FIRST: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr):
         """Grid ``(tiles of P x Q, B*C)``: one pass of the separable resampling along ``AXIS``
         (0: rows, 1: columns) -> contiguous ``out[n, c, p, q]``, times ``scale``, a
         ``BLOCK_P x BLOCK_Q`` tile a program.
@@ -335,20 +343,22 @@ if triton is not None:
         ``axes`` is ``(B, 2, 8)`` float32: per axis ``s, t, lo, hi, valid_lo, valid_hi,
         content_lo, content_hi`` (what :func:`gpuaug.functional.geometry.axis_taps` takes). ``src``
         is read through its strides (any layout, uint8 or float), taps clamped to ``[0, limit)``;
-        only taps of non-zero weight inside the content are read. The row pass writes only the columns inside the
-        x-content, all the column pass reads. ``RAGGED`` (row pass only): ``src`` is a flat buffer
-        of images of different sizes and ``table`` ``(B, 5)`` int64 gives each its offset, its
-        channel, row and column strides and its height (which replaces ``limit``)."""
+        only taps of non-zero weight inside the content are read. The ``FIRST`` of the two passes
+        writes only the lines (columns of the row pass, rows of the column pass) inside the other
+        axis's content, all the second pass reads, and a program whose lines all lie outside it
+        returns at once. ``RAGGED`` (first pass only): ``src`` is a flat buffer of images of
+        different sizes and ``table`` ``(B, 6)`` int64 gives each its offset, its channel, row and
+        column strides, its height and its width (which replace ``limit``)."""
         tile, plane_id = tl.program_id(0), tl.program_id(1)
         n, c = plane_id // CHANNELS, plane_id % CHANNELS
         tiles_q = (Q + BLOCK_Q - 1) // BLOCK_Q
         p = (tile // tiles_q) * BLOCK_P + tl.arange(0, BLOCK_P)
         q = (tile % tiles_q) * BLOCK_Q + tl.arange(0, BLOCK_Q)
         if RAGGED:
-            entry = table + n * 5
+            entry = table + n * 6
             base, sc = tl.load(entry), tl.load(entry + 1)
             sp, sq = tl.load(entry + 2), tl.load(entry + 3)
-            limit_f = tl.load(entry + 4).to(tl.float32)
+            limit_f = tl.load(entry + 4 + AXIS).to(tl.float32)
         else:
             # tl.cast, not .to: Triton passes an int argument equal to 1 as a constexpr.
             base, sc = n.to(tl.int64) * stride_n, tl.cast(stride_c, tl.int64)
@@ -356,12 +366,24 @@ if triton is not None:
             limit_f = tl.cast(limit, tl.float32)
         plane = src + base + c * sc
         mask_p, mask_q = p < P, q < Q
+        if FIRST:
+            # Only the lines the second pass reads (the other axis's content, a crop's part of the
+            # image): it loads only taps of non-zero weight, all inside that content. A program
+            # with none of them has nothing to do (its part of the output is never read).
+            other = axes + n * 16 + (1 - AXIS) * 8
+            needed_lo, needed_hi = tl.load(other + 6), tl.load(other + 7)
+            if AXIS == 0:
+                start, size = (tile % tiles_q) * BLOCK_Q, BLOCK_Q
+            else:
+                start, size = (tile // tiles_q) * BLOCK_P, BLOCK_P
+            if (start + size <= needed_lo) | (start >= needed_hi):
+                return
+            if AXIS == 0:
+                mask_q = mask_q & (q.to(tl.float32) >= needed_lo) & (q.to(tl.float32) < needed_hi)
+            else:
+                mask_p = mask_p & (p.to(tl.float32) >= needed_lo) & (p.to(tl.float32) < needed_hi)
         if AXIS == 0:
             o = p
-            # Only the source columns the column pass reads (its content, a crop's ~half of the
-            # row): it loads only taps of non-zero weight, all inside that content.
-            column = q.to(tl.float32)
-            mask_q = mask_q & (column >= tl.load(axes + n * 16 + 14)) & (column < tl.load(axes + n * 16 + 15))
         else:
             o = q
         params = axes + n * 16 + AXIS * 8
@@ -507,7 +529,7 @@ class Packed(NamedTuple):
     :func:`resample_axes` reads in place, unpadded (:func:`pack_images` makes it)."""
 
     flat: Tensor  # every image's elements, each in its own memory order
-    table: Tensor  # (B, 5) int64: offset in flat, channel/row/column strides, height
+    table: Tensor  # (B, 6) int64: offset in flat, channel/row/column strides, height, width
     shape: tuple[int, int, int, int]  # (B, C, max height, max width)
     images: list[Tensor] | PackedImages  # the images on the device (a fallback to torch kernels pads them)
 
@@ -522,7 +544,7 @@ def pack_images(images: list[Tensor] | PackedImages, device: torch.device) -> Pa
         images = images.to(device, non_blocking=True)
         flat, shapes = images.flat, images.shapes
         _, h, w = np.array(shapes, dtype=np.int64).T
-        rows = np.stack([np.array(images.offsets, dtype=np.int64), h * w, w, np.ones_like(w), h], 1)
+        rows = np.stack([np.array(images.offsets, dtype=np.int64), h * w, w, np.ones_like(w), h, w], 1)
         shape = (len(shapes), shapes[0][0], int(h.max()), int(w.max()))
     else:
         images = [t.to(device, non_blocking=True) for t in images]
@@ -531,13 +553,13 @@ def pack_images(images: list[Tensor] | PackedImages, device: torch.device) -> Pa
         for t, (c, h, w) in zip(images, shapes):
             if t.is_contiguous():  # the common case, decoded by torchvision: no stride reads
                 views.append(t.view(-1))
-                rows.append([offset, h * w, w, 1, h])
+                rows.append([offset, h * w, w, 1, h, w])
             else:
                 dense = t.permute(sorted(range(3), key=lambda d: -t.stride(d)))  # its memory order
                 if not dense.is_contiguous():
                     t = dense = t.contiguous()
                 views.append(dense.reshape(-1))
-                rows.append([offset, t.stride(0), t.stride(1), t.stride(2), h])
+                rows.append([offset, t.stride(0), t.stride(1), t.stride(2), h, w])
             offset += c * h * w
         flat = torch.cat(views)
         shape = (len(shapes), shapes[0][0], max(s[1] for s in shapes), max(s[2] for s in shapes))
@@ -545,9 +567,9 @@ def pack_images(images: list[Tensor] | PackedImages, device: torch.device) -> Pa
 
 
 def resample_tiles(width: int) -> tuple[tuple[int, int], tuple[int, int]]:
-    """The ``(BLOCK_P, BLOCK_Q)`` tiles of :func:`resample_axes`' row pass over a source ``width``
-    wide (whole rows: the width rounded up to a power of two, at most 1024; narrow images several
-    rows) and of its column pass."""
+    """The ``(BLOCK_P, BLOCK_Q)`` tiles of :func:`resample_axes`' row pass, whose output is
+    ``width`` wide (whole rows: the width rounded up to a power of two, at most 1024; narrow
+    images several rows), and of its column pass."""
     row = min(triton.next_power_of_2(width), 1024)
     return (max(1, RESAMPLE_ROW_PIXELS // row), row), RESAMPLE_COLUMN_TILE
 
@@ -586,21 +608,26 @@ def resample_axes(x: Tensor | Packed, axes: Tensor, size: tuple[int, int], taps:
                          f"{tuple(x.shape)}")
     if axes.shape != (B, 2, 8) or axes.dtype != torch.float32:
         raise ValueError(f"axes should be float32 of shape (B={B}, 2, 8), got {axes.dtype} {tuple(axes.shape)}")
-    (h, w), (ky, kx) = size, taps
+    (h, w), taps = size, {0: taps[0], 1: taps[1]}
     axes = axes.contiguous()
-    tmp = torch.empty(B, C, h, W, device=src.device, dtype=dtype)
+    first = RESAMPLE_FIRST_AXIS
+    # The first pass resamples axis `first` of the source, the second the other axis of its result.
+    middle = (B, C, h, W) if first == 0 else (B, C, H, w)
+    tmp = torch.empty(middle, device=src.device, dtype=dtype)
     out = torch.empty(B, C, h, w, device=src.device, dtype=dtype)
     strides = (0, 0, 0, 0) if ragged else x.stride()
-    (rows_p, rows_q), (cols_p, cols_q) = resample_tiles(W)
+    limits = {0: H, 1: W}
     for rows, n in _parts(B, C):  # a ragged part: the whole buffer, the part's rows of the table (absolute offsets)
-        _resample_kernel[(triton.cdiv(h, rows_p) * triton.cdiv(W, rows_q), n * C)](
-            src if ragged else rows(src), rows(tmp), rows(axes), rows(x.table) if ragged else axes, h, W, H, *strides,
-            1.0, CHANNELS=C, TAPS=ky, AXIS=0, RAGGED=ragged, ANTIALIAS=antialias, PAD=pad,
-            PAD_OUTPUT=bool(pad_output), CUBIC=bool(cubic), BLOCK_P=rows_p, BLOCK_Q=rows_q, num_warps=RESAMPLE_WARPS)
-        _resample_kernel[(triton.cdiv(h, cols_p) * triton.cdiv(w, cols_q), n * C)](
-            rows(tmp), rows(out), rows(axes), axes, h, w, W, *tmp.stride(), float(scale),
-            CHANNELS=C, TAPS=kx, AXIS=1, RAGGED=False, ANTIALIAS=antialias, PAD=pad,
-            PAD_OUTPUT=bool(pad_output), CUBIC=bool(cubic), BLOCK_P=cols_p, BLOCK_Q=cols_q, num_warps=RESAMPLE_WARPS)
+        for axis, source, target, table, scale_by, source_strides, is_first in (
+                (first, src if ragged else rows(src), rows(tmp), rows(x.table) if ragged else axes, 1.0, strides, True),
+                (1 - first, rows(tmp), rows(out), axes, float(scale), tmp.stride(), False)):
+            P, Q = target.shape[-2:]
+            tile_p, tile_q = resample_tiles(Q)[axis]
+            _resample_kernel[(triton.cdiv(P, tile_p) * triton.cdiv(Q, tile_q), n * C)](
+                source, target, rows(axes), table, P, Q, limits[axis], *source_strides, scale_by, CHANNELS=C,
+                TAPS=taps[axis], AXIS=axis, RAGGED=ragged and is_first, ANTIALIAS=antialias, PAD=pad,
+                PAD_OUTPUT=bool(pad_output), CUBIC=bool(cubic), FIRST=is_first, BLOCK_P=tile_p, BLOCK_Q=tile_q,
+                num_warps=RESAMPLE_WARPS)
     return out
 
 

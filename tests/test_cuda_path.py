@@ -87,7 +87,7 @@ class _TritonStub:
         assert src.device.type == axes.device.type == "cuda" and axes.shape == (x.shape[0], 2, 8)
         assert axes.dtype == torch.float32 and all(isinstance(v, int) for v in (*size, *taps))
         if isinstance(x, gpu_kernels.Packed):
-            assert x.table.device.type == "cuda" and x.table.shape == (x.shape[0], 5)
+            assert x.table.device.type == "cuda" and x.table.shape == (x.shape[0], 6)
         return torch.empty(x.shape[0], x.shape[1], *size, dtype=dtype, device=src.device)
 
     @staticmethod

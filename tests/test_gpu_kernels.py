@@ -163,6 +163,13 @@ def test_float16_pipeline_within_4_of_255_of_float32(kernel, monkeypatch, photos
     assert err.max() < 4 / 255 and err.mean() < 0.2 / 255, (err.max(), err.mean())
 
 
+@pytest.fixture(params=[0, 1], ids=["rows first", "columns first"])
+def first_axis(request, kernel, monkeypatch):
+    """Both orders of the resampling's passes (``RESAMPLE_FIRST_AXIS``): the same result."""
+    monkeypatch.setattr(kernel, "RESAMPLE_FIRST_AXIS", request.param)
+    return request.param
+
+
 def _axes(n: int, src: int, out: int, seed: int) -> torch.Tensor:
     """``(n, 2, 8)`` axis maps of random crops resized from ``src`` to ``out`` pixels, some
     mirrored, some reaching past the image: padding outside ``valid``, zero-weight taps, and
@@ -190,7 +197,7 @@ def _reference(x, axes, size, taps, antialias=True, pad_mode="constant", pad_out
 
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32, torch.float16])
 @pytest.mark.parametrize("channels", [1, 3])
-def test_resampling_matches_axis_taps_and_the_torch_resampling(kernel, dtype, channels, nan_empty):
+def test_resampling_matches_axis_taps_and_the_torch_resampling(kernel, dtype, channels, nan_empty, first_axis):
     g = torch.Generator().manual_seed(8)
     x = torch.randint(0, 256, (4, channels, 61, 61), generator=g, dtype=torch.uint8)
     x = x if dtype == torch.uint8 else (x.to(dtype) / 255)
@@ -206,7 +213,7 @@ def test_resampling_matches_axis_taps_and_the_torch_resampling(kernel, dtype, ch
 
 
 @pytest.mark.parametrize("mode", ["edge", "reflect", "symmetric"])
-def test_resampling_copies_output_pixels_into_the_outputs_padding(kernel, mode):
+def test_resampling_copies_output_pixels_into_the_outputs_padding(kernel, mode, first_axis):
     """``pad_output`` (a crop that copies pixels after a resize): an output pixel outside ``valid``
     is the output pixel inside that the mode copies there, as ``axis_taps`` computes it; the
     pixels inside are those of the map without it."""
@@ -228,7 +235,7 @@ def test_resampling_copies_output_pixels_into_the_outputs_padding(kernel, mode):
 
 
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float16])
-def test_bicubic_resampling_matches_axis_taps(kernel, dtype):
+def test_bicubic_resampling_matches_axis_taps(kernel, dtype, first_axis):
     """``cubic``: the bicubic filter (negative lobes: taps of negative weight are read too), down
     (61 -> 24) and up (20 -> 24), padding and mirrored maps included."""
     g = torch.Generator().manual_seed(17)
@@ -249,7 +256,7 @@ def test_bicubic_resampling_matches_axis_taps(kernel, dtype):
         assert (ref - bilinear).abs().max() > 0.05 and (ref.amin() < 0 or ref.amax() > 1)  # another filter: overshoot
 
 
-def test_resampling_without_antialias_any_layout_and_shapes(kernel):
+def test_resampling_without_antialias_any_layout_and_shapes(kernel, first_axis):
     x = torch.rand(2, 3, 40, 30, generator=torch.Generator().manual_seed(10))
     axes = _axes(2, 30, 16, seed=11)
     axes[:, 0, 3] = axes[:, 0, 3].clamp(max=40)
@@ -263,7 +270,7 @@ def test_resampling_without_antialias_any_layout_and_shapes(kernel):
         kernel.resample_axes(x, axes[:, :, :6], size, taps, torch.float32)
 
 
-def test_resampling_reads_a_packed_ragged_list_as_its_padded_batch(kernel, nan_empty):
+def test_resampling_reads_a_packed_ragged_list_as_its_padded_batch(kernel, nan_empty, first_axis):
     g = torch.Generator().manual_seed(12)
     images = [torch.randint(0, 256, (3, 50, 61), generator=g, dtype=torch.uint8),
               torch.randint(0, 256, (61, 44, 3), generator=g, dtype=torch.uint8).permute(2, 0, 1),  # as decoded
@@ -435,13 +442,14 @@ def test_kernels_compile_for_the_gpus_we_target(arch):
                   "scale": "fp32"},
                  {"CHANNELS": channels, "TAPS": 5, "AXIS": channels % 2, "RAGGED": False, "ANTIALIAS": dtype != "bf16",
                   "PAD": {"fp16": 0, "bf16": 2, "fp32": 3}[dtype], "PAD_OUTPUT": dtype == "fp32", "CUBIC": dtype != "bf16",
-                  "stride_q": 1}),
+                  "FIRST": dtype != "fp16", "stride_q": 1}),
                 (gpu_kernels._resample_kernel,
                  {"src": "*u8" if dtype == "fp16" else f"*{dtype}", "out": f"*{dtype}", "axes": "*fp32", "table": "*i64",
                   "P": "i32", "Q": "i32", "limit": "i32", "stride_n": "i32", "stride_c": "i32", "stride_p": "i32",
                   "stride_q": "i32", "scale": "fp32"},
-                 {"CHANNELS": channels, "TAPS": 5, "AXIS": 0, "RAGGED": True, "ANTIALIAS": True, "PAD": channels % 2,
-                  "PAD_OUTPUT": channels == 1, "CUBIC": channels == 3}),
+                 {"CHANNELS": channels, "TAPS": 5, "AXIS": {"fp16": 0, "bf16": 1, "fp32": channels % 2}[dtype],
+                  "RAGGED": True, "ANTIALIAS": True, "PAD": channels % 2, "PAD_OUTPUT": channels == 1,
+                  "CUBIC": channels == 3, "FIRST": True}),
                 (gpu_kernels._warp_kernel,
                  {**images, "matrix": "*fp32", "fill": "*fp32", "H": "i32", "W": "i32", "stride_n": "i32",
                   "stride_c": "i32", "stride_h": "i32", "stride_w": "i32"},

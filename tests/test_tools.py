@@ -105,8 +105,11 @@ def test_kernel_instructions_script_counts_each_kernel(capsys):
     pytest.importorskip("triton")
     _script("kernel_instructions").main([])
     lines = capsys.readouterr().out.splitlines()
-    per_pixel = {line.split(":")[0].strip(): int(line.split(" -> ")[1].split()[0]) for line in lines[1:]}
-    assert len(per_pixel) == 3 and all(10 < v < 1000 for v in per_pixel.values()), lines
+    per_pixel = {line.split(":")[0].strip(): int(line.split(" -> ")[1].split()[0]) for line in lines
+                 if line.strip().startswith(("resampling,", "warp"))}
+    assert len(per_pixel) == 5 and all(10 < v < 1000 for v in per_pixel.values()), lines  # 2 orders x 2 passes, warp
+    plane = lines[-1].split("M instructions: ")[1]
+    assert "rows first" in plane and "columns first" in plane, lines
 
 
 def test_tune_kernels_script_runs_through_the_interpreter():
@@ -119,7 +122,7 @@ def test_tune_kernels_script_runs_through_the_interpreter():
                           env={**os.environ, "TRITON_INTERPRET": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
     text = done.stdout
-    for kernel in ("resample_axes (RESAMPLE_ROW_PIXELS", "warp_affine (GEOMETRY_BLOCK"):
+    for kernel in ("resample_axes (RESAMPLE_FIRST_AXIS", "warp_affine (GEOMETRY_BLOCK"):
         section = text.split(kernel)[1].split("fastest over both inputs")[0]
         assert len([line for line in section.splitlines() if line.startswith("  (")]) == 2, text  # --quick: 2 settings
         assert "default" in section and "fastest" in section, text
