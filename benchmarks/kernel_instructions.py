@@ -25,24 +25,29 @@ from gpuaug import gpu_kernels as gk
 _INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9]+)")
 
 
-def _nvdisasm() -> str:
-    bundled = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
-    found = shutil.which("nvdisasm") or (bundled if os.path.exists(bundled) else None)
+def _tool(name: str) -> str:
+    bundled = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+    found = shutil.which(name) or (bundled if os.path.exists(bundled) else None)
     if found is None:
-        raise SystemExit("nvdisasm not found (Triton's CUDA backend ships one under triton/backends/nvidia/bin)")
+        raise SystemExit(f"{name} not found (Triton's CUDA backend ships one under triton/backends/nvidia/bin)")
     return found
 
 
 def instructions(fn, signature: dict, constants: dict, warps: int, arch: int) -> Counter:
-    """Opcode counts of ``fn`` compiled for ``sm_{arch}`` with these constexprs and warps."""
+    """Opcode counts of ``fn`` compiled for ``sm_{arch}`` with these constexprs and warps, and
+    under ``"registers"`` and ``"spilled bytes"`` its registers a thread and its stack (spills)."""
     sig = {**signature, **{name: "constexpr" for name in constants}}
     compiled = triton.compile(ASTSource(fn, sig, constexprs=constants), target=GPUTarget("cuda", arch, 32),
                               options={"num_warps": warps})
     with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
         cubin.write(compiled.asm["cubin"])
         cubin.flush()
-        sass = subprocess.run([_nvdisasm(), "-c", cubin.name], capture_output=True, text=True, check=True).stdout
-    return Counter(m.group(1) for m in map(_INSTRUCTION.match, sass.splitlines()) if m)
+        sass = subprocess.run([_tool("nvdisasm"), "-c", cubin.name], capture_output=True, text=True, check=True).stdout
+        usage = subprocess.run([_tool("cuobjdump"), "--dump-resource-usage", cubin.name], capture_output=True,
+                               text=True, check=True).stdout
+    counts = Counter(m.group(1) for m in map(_INSTRUCTION.match, sass.splitlines()) if m)
+    return counts, {"registers": int(re.search(r"REG:(\d+)", usage).group(1)),
+                    "spilled bytes": int(re.search(r"STACK:(\d+)", usage).group(1))}
 
 
 def _resampling_passes(first_axis: int, taps: dict, out: tuple[int, int], source: tuple[int, int]) -> list:
@@ -66,7 +71,19 @@ def _resampling_passes(first_axis: int, taps: dict, out: tuple[int, int], source
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--arch", type=int, default=90, help="compute capability x10 (90: H100/H200)")
+    parser.add_argument("--column-tile", type=int, nargs=2, metavar=("P", "Q"),
+                        help="the column pass's tile (gpu_kernels.RESAMPLE_COLUMN_TILE) to count with")
     args = parser.parse_args(argv)
+    saved = gk.RESAMPLE_COLUMN_TILE
+    if args.column_tile:
+        gk.RESAMPLE_COLUMN_TILE = tuple(args.column_tile)
+    try:
+        _count(args)
+    finally:
+        gk.RESAMPLE_COLUMN_TILE = saved
+
+
+def _count(args) -> None:
     # The README pipeline's resampling: a 375x500 photo, RandomResizedCrop(224) (taps for its
     # largest scale, 375/224 and 500/224), and a crop of 248 x 330: the mean side of its crops
     # (the square root of an area fraction drawn from (0.08, 1), times 375 and 500).
@@ -78,12 +95,13 @@ def main(argv=None) -> None:
         total_plane = 0
         print(f"  {'rows' if first_axis == 0 else 'columns'} first:")
         for label, signature, constants, (P, Q) in _resampling_passes(first_axis, taps, out, source):
-            counts = instructions(gk._resample_kernel, signature, constants, gk.RESAMPLE_WARPS, args.arch)
+            counts, usage = instructions(gk._resample_kernel, signature, constants, gk.RESAMPLE_WARPS, args.arch)
             tile = (constants["BLOCK_P"], constants["BLOCK_Q"])
             pixels = tile[0] * tile[1] / (32 * gk.RESAMPLE_WARPS)
             total = sum(counts.values())
             print(f"    resampling, {label}: {total} instructions, {pixels:g} pixels x 1 channel(s) a thread -> "
-                  f"{total / pixels:.0f} per pixel and channel; loads {counts['LDG']}, "
+                  f"{total / pixels:.0f} per pixel and channel; {usage['registers']} registers, "
+                  f"{usage['spilled bytes']} bytes spilled; loads {counts['LDG']}, "
                   f"top: {', '.join(f'{k} {v}' for k, v in counts.most_common(5))}")
             # Programs run whole tiles (masked lanes issue too); a first pass skips the tiles
             # wholly outside the crop (its lines across: rows of a column pass, columns of a row pass).
@@ -100,11 +118,12 @@ def main(argv=None) -> None:
             {"CHANNELS": 3, "FILL": True, "BLEND": True, "NEAREST": False, "BLOCK": gk.GEOMETRY_BLOCK,
              "GROUP_ROWS": gk.WARP_GROUP_ROWS}, gk.WARP_WARPS)
     label, fn, signature, constants, warps = warp
-    counts = instructions(fn, signature, constants, warps, args.arch)
+    counts, usage = instructions(fn, signature, constants, warps, args.arch)
     pixels = constants["BLOCK"] / (32 * warps)
     total = sum(counts.values())
     print(f"  {label}: {total} instructions, {pixels:g} pixels x 3 channel(s) a thread -> "
-          f"{total / pixels / 3:.0f} per pixel and channel; loads {counts['LDG']}, "
+          f"{total / pixels / 3:.0f} per pixel and channel; {usage['registers']} registers, "
+          f"{usage['spilled bytes']} bytes spilled; loads {counts['LDG']}, "
           f"top: {', '.join(f'{k} {v}' for k, v in counts.most_common(5))}")
     print(f"resampling of one plane, {source[0]}x{source[1]} -> a {crop_rows}x{crop_cols} crop -> {out[0]}x{out[1]} "
           f"(whole tiles), M instructions: rows first {per_plane[0] / 1e6:.2f}, columns first "

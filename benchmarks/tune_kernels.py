@@ -31,9 +31,12 @@ import gpuaug.pipeline as pipeline_module
 from gpuaug import cpu, gpu_kernels
 from gpuaug.bench import BACK_TO_BACK, gpuaug_pipeline, median_seconds, uniform_batch
 
-# Settings timed: (gpu_kernels constants, their values) for the resampling, then the warp.
+# Settings timed: (gpu_kernels constants, their values) for the resampling, then the warp. Tall
+# column tiles are there for Triton 3.6 (the GPU image's), which lays a 32x32 column tile out one
+# row a thread (205 instructions a pixel; 3.8: 76, and 102 / 69 at 256x8: kernel_instructions.py).
 RESAMPLING = (("RESAMPLE_FIRST_AXIS", "RESAMPLE_ROW_PIXELS", "RESAMPLE_COLUMN_TILE", "RESAMPLE_WARPS"),
-              list(itertools.product((0, 1), (512, 1024, 2048), ((16, 32), (32, 32), (64, 32), (32, 64)), (2, 4))))
+              list(itertools.product((0, 1), (512, 1024, 2048), ((16, 32), (32, 32), (64, 32), (32, 64), (128, 16), (256, 8)),
+                                     (2, 4))))
 # The warp: pixels and warps per program (1 to 32 pixels a thread), and the rows of each warp's
 # 32-pixel group (1: row order; 2, 4: 2x16, 4x8 groups, fewer cache lines a load once rotated).
 WARP = (("GEOMETRY_BLOCK", "WARP_WARPS", "WARP_GROUP_ROWS"),
