@@ -63,7 +63,8 @@ def _resampling_passes(first_axis: int, taps: dict, out: tuple[int, int], source
         tile = gk.resample_tiles(shape[1])[axis]
         label = f"{'row' if axis == 0 else 'column'} pass {'first' if first else 'second'} ({src[1:]}, {taps[axis]} taps)"
         passes.append((label, {"src": src, "out": "*fp16", **axes},
-                       {**plain, "TAPS": taps[axis], "AXIS": axis, "FIRST": first, "BLOCK_P": tile[0], "BLOCK_Q": tile[1]},
+                       {**plain, "TAPS": taps[axis], "AXIS": axis, "FIRST": first, "BLOCK_P": tile[0], "BLOCK_Q": tile[1],
+                        "COLUMNS_ACROSS": axis == 1 and gk.RESAMPLE_COLUMNS_ACROSS},
                        shape))
     return passes
 
@@ -73,14 +74,19 @@ def main(argv=None) -> None:
     parser.add_argument("--arch", type=int, default=90, help="compute capability x10 (90: H100/H200)")
     parser.add_argument("--column-tile", type=int, nargs=2, metavar=("P", "Q"),
                         help="the column pass's tile (gpu_kernels.RESAMPLE_COLUMN_TILE) to count with")
+    parser.add_argument("--columns-across", type=int, choices=(0, 1),
+                        help="hold the column pass's tile as (columns, rows) (gpu_kernels.RESAMPLE_COLUMNS_ACROSS; "
+                             "default: what this Triton gets)")
     args = parser.parse_args(argv)
-    saved = gk.RESAMPLE_COLUMN_TILE
+    saved = gk.RESAMPLE_COLUMN_TILE, gk.RESAMPLE_COLUMNS_ACROSS
     if args.column_tile:
         gk.RESAMPLE_COLUMN_TILE = tuple(args.column_tile)
+    if args.columns_across is not None:
+        gk.RESAMPLE_COLUMNS_ACROSS = bool(args.columns_across)
     try:
         _count(args)
     finally:
-        gk.RESAMPLE_COLUMN_TILE = saved
+        gk.RESAMPLE_COLUMN_TILE, gk.RESAMPLE_COLUMNS_ACROSS = saved
 
 
 def _count(args) -> None:
@@ -127,7 +133,8 @@ def _count(args) -> None:
           f"top: {', '.join(f'{k} {v}' for k, v in counts.most_common(5))}")
     print(f"resampling of one plane, {source[0]}x{source[1]} -> a {crop_rows}x{crop_cols} crop -> {out[0]}x{out[1]} "
           f"(whole tiles), M instructions: rows first {per_plane[0] / 1e6:.2f}, columns first "
-          f"{per_plane[1] / 1e6:.2f} (RESAMPLE_FIRST_AXIS = {gk.RESAMPLE_FIRST_AXIS} now)")
+          f"{per_plane[1] / 1e6:.2f} (RESAMPLE_FIRST_AXIS = {gk.RESAMPLE_FIRST_AXIS} now; column tile "
+          f"{gk.RESAMPLE_COLUMN_TILE}, held {'across' if gk.RESAMPLE_COLUMNS_ACROSS else 'as (rows, columns)'})")
 
 
 if __name__ == "__main__":

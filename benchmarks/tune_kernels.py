@@ -1,7 +1,7 @@
 """Which tiles should the Triton kernels use? `python benchmarks/tune_kernels.py --device cuda`.
 
 The resampling's pass order, tiles and warps (``gpuaug.gpu_kernels.RESAMPLE_FIRST_AXIS``,
-``RESAMPLE_ROW_PIXELS``, ``RESAMPLE_COLUMN_TILE``, ``RESAMPLE_WARPS``) and the warp's
+``RESAMPLE_ROW_PIXELS``, ``RESAMPLE_COLUMN_TILE``, ``RESAMPLE_WARPS``, ``RESAMPLE_COLUMNS_ACROSS``) and the warp's
 (``GEOMETRY_BLOCK``, ``WARP_WARPS``, ``WARP_GROUP_ROWS``) were chosen without a GPU
 (benchmarks/kernel_instructions.py counts instructions). This times them: one call of the README
 pipeline (`gpuaug bench`'s ops) on ``--batch`` photos records the arguments it gives each Triton
@@ -31,12 +31,13 @@ import gpuaug.pipeline as pipeline_module
 from gpuaug import cpu, gpu_kernels
 from gpuaug.bench import BACK_TO_BACK, gpuaug_pipeline, median_seconds, uniform_batch
 
-# Settings timed: (gpu_kernels constants, their values) for the resampling, then the warp. Tall
-# column tiles are there for Triton 3.6 (the GPU image's), which lays a 32x32 column tile out one
-# row a thread (205 instructions a pixel; 3.8: 76, and 102 / 69 at 256x8: kernel_instructions.py).
-RESAMPLING = (("RESAMPLE_FIRST_AXIS", "RESAMPLE_ROW_PIXELS", "RESAMPLE_COLUMN_TILE", "RESAMPLE_WARPS"),
-              list(itertools.product((0, 1), (512, 1024, 2048), ((16, 32), (32, 32), (64, 32), (32, 64), (128, 16), (256, 8)),
-                                     (2, 4))))
+# Settings timed: (gpu_kernels constants, their values) for the resampling, then the warp. The
+# column tile held either way and a tall one (256x8) are there because Triton 3.6 (the GPU
+# image's) and 3.8 lay the column pass out differently (kernel_instructions.py counts them).
+RESAMPLING = (("RESAMPLE_FIRST_AXIS", "RESAMPLE_ROW_PIXELS", "RESAMPLE_COLUMN_TILE", "RESAMPLE_WARPS",
+               "RESAMPLE_COLUMNS_ACROSS"),
+              list(itertools.product((0, 1), (512, 2048), ((32, 32), (64, 32), (16, 64), (256, 8)), (2, 4),
+                                     (False, True))))
 # The warp: pixels and warps per program (1 to 32 pixels a thread), and the rows of each warp's
 # 32-pixel group (1: row order; 2, 4: 2x16, 4x8 groups, fewer cache lines a load once rotated).
 WARP = (("GEOMETRY_BLOCK", "WARP_WARPS", "WARP_GROUP_ROWS"),

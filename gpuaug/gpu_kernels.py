@@ -77,6 +77,12 @@ RESAMPLE_WARPS = 2
 # benchmarks/kernel_instructions.py counts ~14% fewer instructions in column order; not yet timed
 # (benchmarks/tune_kernels.py times both on a GPU).
 RESAMPLE_FIRST_AXIS = 0
+# How the column pass holds its tile. Triton 3.8 gives a (rows, columns) tile one column a thread
+# (the taps once per column: 76 instructions a pixel, 32x32, sm_90); Triton 3.6 (torch 2.11's,
+# the GPU image's) one row a thread (205: the taps per pixel) unless the tile is held as
+# (columns, rows), which 3.6 gives one column a thread (77) and 3.8 one row (206). Versions in
+# between are not counted: they get 3.6's choice. benchmarks/kernel_instructions.py counts it.
+RESAMPLE_COLUMNS_ACROSS = triton is not None and tuple(int(v) for v in triton.__version__.split(".")[:2]) < (3, 8)
 # CUDA's limit on a grid's second dimension, where these kernels put the samples (or sample x
 # channel planes): a bigger batch (a CIFAR-sized dataset augmented at once: 50000 x 3 planes) is
 # launched in parts of whole samples.
@@ -310,9 +316,9 @@ if triton is not None:
         return at
 
     @triton.jit
-    def _spread(v, AXIS: tl.constexpr):
-        """A vector along the output coordinate of the pass (``AXIS`` 0: rows) across a tile."""
-        if AXIS == 0:
+    def _spread(v, DIM: tl.constexpr):
+        """A vector along dimension ``DIM`` of a tile (the pass's output coordinate), across it."""
+        if DIM == 0:
             return v[:, None]
         else:
             return v[None, :]
@@ -324,7 +330,8 @@ if triton is not None:
     def _resample_kernel(src, out, axes, table, P, Q, limit, stride_n, stride_c, stride_p, stride_q, scale,
                          CHANNELS: tl.constexpr, TAPS: tl.constexpr, AXIS: tl.constexpr, RAGGED: tl.constexpr,
                          ANTIALIAS: tl.constexpr, PAD: tl.constexpr, PAD_OUTPUT: tl.constexpr,
-                         CUBIC: tl.constexpr, FIRST: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr):
+                         CUBIC: tl.constexpr, FIRST: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr,
+                         COLUMNS_ACROSS: tl.constexpr = False):
         """Grid ``(tiles of P x Q, B*C)``: one pass of the separable resampling along ``AXIS``
         (0: rows, 1: columns) -> contiguous ``out[n, c, p, q]``, times ``scale``, a
         ``BLOCK_P x BLOCK_Q`` tile a program.
@@ -404,11 +411,18 @@ if triton is not None:
         else:
             first = tl.floor(center - support)
         # The tile's pixels along the axis the pass does not resample: their offsets, which exist.
+        # COLUMNS_ACROSS (column pass): the tile is held as (columns, rows), dimension 0 the
+        # output coordinate, as in the row pass: Triton 3.6 then gives each thread one column.
         if AXIS == 0:
             fixed, mask_o, mask_fixed = q.to(tl.int64)[None, :] * sq, mask_p, mask_q[None, :]
+            total = tl.full([BLOCK_P, BLOCK_Q], 0.0, tl.float32)
+        elif COLUMNS_ACROSS:
+            fixed, mask_o, mask_fixed = p.to(tl.int64)[None, :] * sp, mask_q, mask_p[None, :]
+            total = tl.full([BLOCK_Q, BLOCK_P], 0.0, tl.float32)
         else:
             fixed, mask_o, mask_fixed = p.to(tl.int64)[:, None] * sp, mask_q, mask_p[:, None]
-        total = tl.full([BLOCK_P, BLOCK_Q], 0.0, tl.float32)
+            total = tl.full([BLOCK_P, BLOCK_Q], 0.0, tl.float32)
+        O_DIM: tl.constexpr = 0 if AXIS == 0 or COLUMNS_ACROSS else 1  # the tile dimension along o
         weights = tl.full(o.shape, 0.0, tl.float32)
         for k in tl.static_range(TAPS):
             at = first + k  # along o: the tap's source pixel, its weight, whether it is read
@@ -425,15 +439,19 @@ if triton is not None:
                 read = w != 0.0
                 at = _pad_index(at, content_lo, content_hi, PAD)
             shift = tl.minimum(tl.maximum(at, 0.0), limit_f - 1.0).to(tl.int64) * (sp if AXIS == 0 else sq)
-            source = tl.load(plane + fixed + _spread(shift, AXIS), mask=_spread(read & mask_o, AXIS) & mask_fixed,
+            source = tl.load(plane + fixed + _spread(shift, O_DIM), mask=_spread(read & mask_o, O_DIM) & mask_fixed,
                              other=0)
-            total += _spread(w, AXIS) * source.to(tl.float32)
+            total += _spread(w, O_DIM) * source.to(tl.float32)
             weights += w
-        value = total / _spread(tl.maximum(weights, 1e-12), AXIS) * scale
+        value = total / _spread(tl.maximum(weights, 1e-12), O_DIM) * scale
         if not PAD_OUTPUT:  # padding of a later crop
-            value = tl.where(_spread((at_o >= valid_lo) & (at_o < valid_hi), AXIS), value, 0.0)
-        target = out + plane_id.to(tl.int64) * P * Q + p[:, None] * Q + q[None, :]
-        tl.store(target, value.to(out.dtype.element_ty), mask=mask_p[:, None] & mask_q[None, :])
+            value = tl.where(_spread((at_o >= valid_lo) & (at_o < valid_hi), O_DIM), value, 0.0)
+        if AXIS == 1 and COLUMNS_ACROSS:
+            target = out + plane_id.to(tl.int64) * P * Q + p[None, :] * Q + q[:, None]
+            tl.store(target, value.to(out.dtype.element_ty), mask=mask_p[None, :] & mask_q[:, None])
+        else:
+            target = out + plane_id.to(tl.int64) * P * Q + p[:, None] * Q + q[None, :]
+            tl.store(target, value.to(out.dtype.element_ty), mask=mask_p[:, None] & mask_q[None, :])
 
 
 def _require_triton() -> None:
@@ -627,7 +645,7 @@ def resample_axes(x: Tensor | Packed, axes: Tensor, size: tuple[int, int], taps:
                 source, target, rows(axes), table, P, Q, limits[axis], *source_strides, scale_by, CHANNELS=C,
                 TAPS=taps[axis], AXIS=axis, RAGGED=ragged and is_first, ANTIALIAS=antialias, PAD=pad,
                 PAD_OUTPUT=bool(pad_output), CUBIC=bool(cubic), FIRST=is_first, BLOCK_P=tile_p, BLOCK_Q=tile_q,
-                num_warps=RESAMPLE_WARPS)
+                COLUMNS_ACROSS=axis == 1 and RESAMPLE_COLUMNS_ACROSS, num_warps=RESAMPLE_WARPS)
     return out
 
 

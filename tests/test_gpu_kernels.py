@@ -163,11 +163,14 @@ def test_float16_pipeline_within_4_of_255_of_float32(kernel, monkeypatch, photos
     assert err.max() < 4 / 255 and err.mean() < 0.2 / 255, (err.max(), err.mean())
 
 
-@pytest.fixture(params=[0, 1], ids=["rows first", "columns first"])
+@pytest.fixture(params=[(0, False), (1, False), (0, True), (1, True)],
+                ids=["rows first", "columns first", "rows first, columns across", "columns first, columns across"])
 def first_axis(request, kernel, monkeypatch):
-    """Both orders of the resampling's passes (``RESAMPLE_FIRST_AXIS``): the same result."""
-    monkeypatch.setattr(kernel, "RESAMPLE_FIRST_AXIS", request.param)
-    return request.param
+    """Both orders of the resampling's passes (``RESAMPLE_FIRST_AXIS``), and the column pass's tile
+    held either way (``RESAMPLE_COLUMNS_ACROSS``): the same result."""
+    monkeypatch.setattr(kernel, "RESAMPLE_FIRST_AXIS", request.param[0])
+    monkeypatch.setattr(kernel, "RESAMPLE_COLUMNS_ACROSS", request.param[1])
+    return request.param[0]
 
 
 def _axes(n: int, src: int, out: int, seed: int) -> torch.Tensor:
@@ -442,14 +445,14 @@ def test_kernels_compile_for_the_gpus_we_target(arch):
                   "scale": "fp32"},
                  {"CHANNELS": channels, "TAPS": 5, "AXIS": channels % 2, "RAGGED": False, "ANTIALIAS": dtype != "bf16",
                   "PAD": {"fp16": 0, "bf16": 2, "fp32": 3}[dtype], "PAD_OUTPUT": dtype == "fp32", "CUBIC": dtype != "bf16",
-                  "FIRST": dtype != "fp16", "stride_q": 1}),
+                  "FIRST": dtype != "fp16", "COLUMNS_ACROSS": dtype != "bf16", "stride_q": 1}),
                 (gpu_kernels._resample_kernel,
                  {"src": "*u8" if dtype == "fp16" else f"*{dtype}", "out": f"*{dtype}", "axes": "*fp32", "table": "*i64",
                   "P": "i32", "Q": "i32", "limit": "i32", "stride_n": "i32", "stride_c": "i32", "stride_p": "i32",
                   "stride_q": "i32", "scale": "fp32"},
                  {"CHANNELS": channels, "TAPS": 5, "AXIS": {"fp16": 0, "bf16": 1, "fp32": channels % 2}[dtype],
                   "RAGGED": True, "ANTIALIAS": True, "PAD": channels % 2, "PAD_OUTPUT": channels == 1,
-                  "CUBIC": channels == 3, "FIRST": True}),
+                  "CUBIC": channels == 3, "FIRST": True, "COLUMNS_ACROSS": dtype == "bf16"}),
                 (gpu_kernels._warp_kernel,
                  {**images, "matrix": "*fp32", "fill": "*fp32", "H": "i32", "W": "i32", "stride_n": "i32",
                   "stride_c": "i32", "stride_h": "i32", "stride_w": "i32"},
