@@ -18,7 +18,8 @@ The pipeline's generator is registered with each graph, so a replay draws what a
 would draw at that point of the generator's stream: a graphed pipeline gives the outputs an
 eager one with the same seed gives, call for call, eager calls (ragged batches) in between
 included. The returned output (and params) are copies: the graph's own buffers are overwritten by
-the next replay. Where a recording fails, the key runs eagerly from then on, with one warning.
+the next replay. Where a recording fails, the key runs eagerly from then on, with one warning; a
+recording the device refused part way leaves the thread's stream and the draws as they were.
 
 Kept: up to :data:`KEPT` graphs per pipeline, the least recently used dropped first; each holds a
 copy of its input batch and the call's intermediates in its own memory pool. Graphs are dropped
@@ -119,6 +120,7 @@ class GraphedCalls:
         # The input's layout where it is dense (channels-last stays so), else contiguous (an
         # expanded batch's repeated memory cannot be copied into).
         static_in = torch.empty_like(images, device=pipeline.device).copy_(images)  # real values, recorded
+        stream, state = torch.cuda.current_stream(pipeline.device), generator.get_state()  # (host values)
         graph = torch.cuda.CUDAGraph()
         try:
             graph.register_generator_state(generator)
@@ -126,6 +128,17 @@ class GraphedCalls:
             with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 out, params = pipeline._forward(static_in, None, True)
         except Exception as error:  # noqa: BLE001 - any recording failure: run this key eagerly, loudly
+            # A recording the device refused part way (an operation not allowed while recording)
+            # fails in torch's capture_end, which then skips what ends a recording on the host
+            # (torch 2.11-2.14): the thread's stream stays the recording's side stream, and the
+            # generator stays in recording mode, so every later draw from it would fail ("Offset
+            # increment outside graph capture encountered unexpectedly"). Both are put back: the
+            # stream, and the generator as a new one at the state it had before the recording.
+            torch.cuda.set_stream(stream)
+            pipeline._generator = fresh = torch.Generator(device=generator.device)
+            fresh.set_state(state)
+            for k in [k for k, v in self._graphs.items() if v is not None]:
+                del self._graphs[k]  # recorded for the old generator (failures stay marked)
             self._graphs[key] = None
             warnings.warn(f"gpuaug: recording a CUDA graph for input {tuple(images.shape)} {images.dtype} failed "
                           f"({type(error).__name__}: {error}); such batches run eagerly", RuntimeWarning,

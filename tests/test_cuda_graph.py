@@ -233,6 +233,7 @@ def stand_in_graphs(monkeypatch):
     monkeypatch.setattr(torch.cuda, "graph", record)
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+    monkeypatch.setattr(torch.cuda, "set_stream", lambda stream: None)
     monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(Pipeline, "_graphable", lambda self: True)
     return made
@@ -317,6 +318,95 @@ def test_recorded_calls_per_shape_reseeded_kept_and_refused(photos, stand_in_gra
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert torch.equal(graphed(y), eager(y))
+
+
+def test_a_recording_refused_part_way_leaves_the_stream_and_the_draws_as_they_were(photos, stand_in_graphs,
+                                                                                  monkeypatch):
+    """What torch does when the device refuses a recording part way (an operation not allowed
+    while recording): ``capture_end`` raises before it ends the recording on the host, so the
+    generator is left moved (in torch: in recording mode, each later draw fails) and the thread's
+    stream is the recording's. The stand-in moves the generator and switches the stream likewise."""
+    import contextlib
+
+    class Stream:
+        def wait_event(self, event):
+            pass
+
+    main, side, set_to = Stream(), Stream(), []
+    current = [main]
+
+    normal, refusals = torch.cuda.graph, [1]
+
+    @contextlib.contextmanager
+    def refused_part_way(graph, capture_error_mode="global"):
+        if not refusals:
+            with normal(graph, capture_error_mode):
+                yield
+            return
+        refusals.pop()
+        current[0] = side
+        graph.generators[0].manual_seed(12345)
+        yield
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(torch.cuda, "graph", refused_part_way)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current[0])
+    monkeypatch.setattr(torch.cuda, "set_stream", lambda stream: (set_to.append(stream), current.__setitem__(0, stream)))
+
+    graphed = ga.Pipeline(*ops(), device="cpu", seed=3, cuda_graph=True)
+    eager = ga.Pipeline(*ops(), device="cpu", seed=3)
+    x, y = batch(photos, 2, (40, 60)), batch(photos, 2, (30, 30))
+    refusals.clear()
+    for z in (x, y, y):  # x eager; y eager, then recorded
+        assert torch.equal(graphed(z), eager(z))
+    recorded = len(stand_in_graphs)
+    refusals.append(1)
+    with pytest.warns(RuntimeWarning, match="recording a CUDA graph .* failed .*not permitted when stream is capturing"):
+        assert torch.equal(graphed(x), eager(x))
+    assert set_to == [main] and current[0] is main
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for z in (x, y, x, y, y):  # x eager from now on; y recorded again (for the new generator), replayed
+            assert torch.equal(graphed(z), eager(z))
+    assert len(stand_in_graphs) == recorded + 1
+
+
+@cuda
+def test_a_recording_refused_part_way_on_the_device(tmp_path):
+    """The same on a GPU, for real: a host read inside the recording (refused by the device) must
+    leave the pipeline drawing what an eager one draws, on the stream it was called on. In a
+    process of its own, in case the device's error is not one it recovers from."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import warnings, torch, gpuaug as ga
+        from gpuaug.pipeline import Pipeline
+        ops = lambda: [ga.RandomResizedCrop(64), ga.RandomRotation(15), ga.ColorJitter(0.4, 0.4, 0.4, 0.1)]
+        x = torch.randint(0, 256, (4, 3, 80, 100), dtype=torch.uint8, device="cuda")
+        graphed = ga.Pipeline(*ops(), device="cuda", seed=5, cuda_graph=True)
+        eager = ga.Pipeline(*ops(), device="cuda", seed=5)
+        stream = torch.cuda.current_stream()
+        assert torch.equal(graphed(x), eager(x))
+        finish = Pipeline._finish
+        def reads(self, out, *args):  # a host read: not allowed while recording
+            if torch.cuda.is_current_stream_capturing():
+                out.sum().item()
+            return finish(self, out, *args)
+        Pipeline._finish = reads
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = graphed(x)
+        assert any("recording a CUDA graph" in str(w.message) for w in caught), [str(w.message) for w in caught]
+        assert torch.cuda.current_stream() == stream, (torch.cuda.current_stream(), stream)
+        assert torch.equal(out, eager(x))
+        for _ in range(3):
+            assert torch.equal(graphed(x), eager(x))
+        print("ok")
+    """)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stdout[-2000:] + run.stderr[-4000:]
 
 
 def test_kept_values_stay_kept_past_the_bound(monkeypatch):

@@ -567,7 +567,7 @@ def _bad_files(tmp_path, photos):
     bare = webp[:12] + webp[20:]
     (tmp_path / "huge_bare.webp").write_bytes(bare[:4] + struct.pack("<I", len(bare) - 8) + bare[8:])
     return good, {
-        "truncated.jpg": "decode_jpeg: Image is incomplete or truncated", "empty.jpg": "empty", "text.jpg": "not an image format",
+        "truncated.jpg": "Image is incomplete or truncated", "empty.jpg": "empty", "text.jpg": "not an image format",
         "directory.jpg": "cannot read ([Errno 21] Is a directory", "missing.jpg": "cannot read ([Errno 2] No such file", "huge.jpg": "absurd dimensions", "huge.gif": "absurd dimensions",
         "huge.bmp": "absurd dimensions", "huge_late_header.jpg": "absurd dimensions",
         "huge_late_header.gif": "absurd dimensions", "many_scans.jpg": "too many scans",
