@@ -39,7 +39,7 @@ fi
 step() { echo "== [${SECONDS}s] $1" | tee -a "$OUT/steps.txt"; }
 
 step "CUDA tests"
-timeout 180 $PY -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_cuda_path.py tests/test_cuda_graph.py \
+timeout 210 $PY -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_cuda_path.py tests/test_cuda_graph.py \
   tests/test_data.py::test_device_loader_on_cuda_overlaps_and_matches_cpu \
   tests/test_data.py::test_gpu_decode_falls_back_to_cpu_without_cuda \
   tests/test_data.py::test_device_loader_on_cuda_without_pipeline_keeps_ragged_batches_packed \
