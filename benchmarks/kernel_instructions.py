@@ -33,7 +33,7 @@ def _tool(name: str) -> str:
     return found
 
 
-def instructions(fn, signature: dict, constants: dict, warps: int, arch: int) -> Counter:
+def instructions(fn, signature: dict, constants: dict, warps: int, arch: int) -> tuple[Counter, dict]:
     """Opcode counts of ``fn`` compiled for ``sm_{arch}`` with these constexprs and warps, and
     under ``"registers"`` and ``"spilled bytes"`` its registers a thread and its stack (spills)."""
     sig = {**signature, **{name: "constexpr" for name in constants}}
@@ -50,7 +50,7 @@ def instructions(fn, signature: dict, constants: dict, warps: int, arch: int) ->
                     "spilled bytes": int(re.search(r"STACK:(\d+)", usage).group(1))}
 
 
-def _resampling_passes(first_axis: int, taps: dict, out: tuple[int, int], source: tuple[int, int]) -> list:
+def _resampling_passes(first_axis: int, taps: tuple[int, int], out: tuple[int, int], source: tuple[int, int]) -> list:
     """The two launches :func:`gpu_kernels.resample_axes` makes with ``RESAMPLE_FIRST_AXIS`` =
     ``first_axis``: (label, signature, constexprs, the pass's output (P, Q))."""
     axes = {"axes": "*fp32", "table": "*i64", "P": "i32", "Q": "i32", "limit": "i32", "stride_n": "i32",
@@ -94,7 +94,7 @@ def _count(args) -> None:
     # largest scale, 375/224 and 500/224), and a crop of 248 x 330: the mean side of its crops
     # (the square root of an area fraction drawn from (0.08, 1), times 375 and 500).
     source, out, crop_rows, crop_cols = (375, 500), (224, 224), 248, 330
-    taps = {0: 5, 1: 6}
+    taps = (5, 6)  # rows, columns
     print(f"SASS instructions per output pixel, sm_{args.arch}, Triton {triton.__version__}")
     per_plane = {}
     for first_axis in (0, 1):
@@ -118,16 +118,14 @@ def _count(args) -> None:
                 cols = min(cols, -(-crop_cols // tile[1]) + 1)
             total_plane += rows * cols * tile[0] * tile[1] * total / pixels
         per_plane[first_axis] = total_plane
-    warp = ("warp (float16, bilinear, fill)", gk._warp_kernel,
-            {"src": "*fp16", "out": "*fp16", "matrix": "*fp32", "fill": "*fp32", "H": "i32", "W": "i32",
-             "stride_n": "i32", "stride_c": "i32", "stride_h": "i32", "stride_w": "i32"},
-            {"CHANNELS": 3, "FILL": True, "BLEND": True, "NEAREST": False, "BLOCK": gk.GEOMETRY_BLOCK,
-             "GROUP_ROWS": gk.WARP_GROUP_ROWS}, gk.WARP_WARPS)
-    label, fn, signature, constants, warps = warp
-    counts, usage = instructions(fn, signature, constants, warps, args.arch)
-    pixels = constants["BLOCK"] / (32 * warps)
+    counts, usage = instructions(
+        gk._warp_kernel, {"src": "*fp16", "out": "*fp16", "matrix": "*fp32", "fill": "*fp32", "H": "i32", "W": "i32",
+                          "stride_n": "i32", "stride_c": "i32", "stride_h": "i32", "stride_w": "i32"},
+        {"CHANNELS": 3, "FILL": True, "BLEND": True, "NEAREST": False, "BLOCK": gk.GEOMETRY_BLOCK,
+         "GROUP_ROWS": gk.WARP_GROUP_ROWS}, gk.WARP_WARPS, args.arch)
+    pixels = gk.GEOMETRY_BLOCK / (32 * gk.WARP_WARPS)
     total = sum(counts.values())
-    print(f"  {label}: {total} instructions, {pixels:g} pixels x 3 channel(s) a thread -> "
+    print(f"  warp (float16, bilinear, fill): {total} instructions, {pixels:g} pixels x 3 channel(s) a thread -> "
           f"{total / pixels / 3:.0f} per pixel and channel; {usage['registers']} registers, "
           f"{usage['spilled bytes']} bytes spilled; loads {counts['LDG']}, "
           f"top: {', '.join(f'{k} {v}' for k, v in counts.most_common(5))}")

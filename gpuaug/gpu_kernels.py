@@ -626,7 +626,7 @@ def resample_axes(x: Tensor | Packed, axes: Tensor, size: tuple[int, int], taps:
                          f"{tuple(x.shape)}")
     if axes.shape != (B, 2, 8) or axes.dtype != torch.float32:
         raise ValueError(f"axes should be float32 of shape (B={B}, 2, 8), got {axes.dtype} {tuple(axes.shape)}")
-    (h, w), taps = size, {0: taps[0], 1: taps[1]}
+    h, w = size
     axes = axes.contiguous()
     first = RESAMPLE_FIRST_AXIS
     # The first pass resamples axis `first` of the source, the second the other axis of its result.
@@ -634,7 +634,7 @@ def resample_axes(x: Tensor | Packed, axes: Tensor, size: tuple[int, int], taps:
     tmp = torch.empty(middle, device=src.device, dtype=dtype)
     out = torch.empty(B, C, h, w, device=src.device, dtype=dtype)
     strides = (0, 0, 0, 0) if ragged else x.stride()
-    limits = {0: H, 1: W}
+    limits = (H, W)
     for rows, n in _parts(B, C):  # a ragged part: the whole buffer, the part's rows of the table (absolute offsets)
         for axis, source, target, table, scale_by, source_strides, is_first in (
                 (first, src if ragged else rows(src), rows(tmp), rows(x.table) if ragged else axes, 1.0, strides, True),
