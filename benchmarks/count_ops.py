@@ -15,6 +15,7 @@ CenterCrop, the same 8x8 output) on that buffer, whose host work is per image si
 """
 
 import argparse
+import statistics
 import time
 from collections import Counter
 
@@ -27,6 +28,9 @@ import gpuaug.pipeline as pipeline_module
 from gpuaug.pipeline import Pipeline
 
 _stage = ["other"]
+# The pipeline's methods counted as each stage (on a device the call goes _resample, _warp, not _geometry).
+_STAGES = {"_draw": "draw", "_plan": "plan", "_plan_warp": "plan", "_geometry": "geometry", "_resample": "geometry",
+           "_warp": "geometry", "_finish": "finish"}
 
 
 class _CountLaunches:
@@ -37,6 +41,7 @@ class _CountLaunches:
 
     def __init__(self):
         self.launches = 0
+        self.resampled_at = None  # time.perf_counter() at the last resampling launch
 
     def guarded(self, launch, *args, **kwargs):
         return launch(*args, **kwargs)
@@ -52,6 +57,7 @@ class _CountLaunches:
     def resample_axes(self, x, axes, size, taps, dtype, scale=1.0, antialias=True, pad_mode="constant",
                       pad_output=False, cubic=False):
         self.launches += 2
+        self.resampled_at = time.perf_counter()
         return torch.empty(x.shape[0], x.shape[1], *size, dtype=dtype)
 
 
@@ -79,11 +85,14 @@ def _labelled(fn, label):
 
 def _measure(pipe, x, calls: int, show_ops: bool, label: str) -> None:
     pipe(x)
-    start, best = time.perf_counter(), float("inf")
+    start, best, to_launch = time.perf_counter(), float("inf"), []
+    kernel = pipeline_module._gpu_kernels(None)
     for _ in range(calls):
         t = time.perf_counter()
         pipe(x)
         best = min(best, time.perf_counter() - t)
+        if kernel is not None and kernel.resampled_at is not None:
+            to_launch.append(kernel.resampled_at - t)
     total = time.perf_counter() - start
     copies, from_numpy = [0], torch.from_numpy
 
@@ -99,13 +108,14 @@ def _measure(pipe, x, calls: int, show_ops: bool, label: str) -> None:
     order = ["draw", "plan", "geometry", *[type(pipe.ops[i]).__name__ for i in pipe._color_at], "color (Triton)", "finish",
              "other"]
     counts = " | ".join(f"{k} {counter.counts[k]}" for k in order if counter.counts[k])
-    kernel = pipeline_module._gpu_kernels(None)
     extra, launches = "", 0
     if kernel is not None:
         launches = kernel.launches // (calls + 2)
         extra = f" | Triton launches {launches}"
     print(f"{label}: {counts}{extra} | total {sum(counter.counts.values()) + launches} | host copies {copies[0]}")
-    print(f"  call on {len(x)} ~16x20 images (~dispatch): fastest {best * 1e3:.2f} ms, mean {total / calls * 1e3:.2f} ms")
+    launch = f"; the resampling launched after {statistics.median(to_launch) * 1e3:.2f} ms (median)" if to_launch else ""
+    print(f"  call on {len(x)} ~16x20 images (~dispatch): fastest {best * 1e3:.2f} ms, mean {total / calls * 1e3:.2f} ms"
+          f"{launch}")
     if show_ops:
         for stage in order:
             ops = sorted(((n, c) for (s, n), c in counter.names.items() if s == stage), key=lambda t: -t[1])
@@ -120,7 +130,7 @@ def main(argv=None) -> None:
     parser.add_argument("--ops", action="store_true", help="also list the aten ops of each stage")
     args = parser.parse_args(argv)
     saved = (torch.get_num_threads(), cpu.OWN_PATH, pipeline_module._gpu_kernels,
-             {name: getattr(Pipeline, name) for name in ("_draw", "_plan", "_geometry", "_finish")})
+             {name: getattr(Pipeline, name) for name in _STAGES})
     try:
         _count(args)
     finally:  # leave the process as it was (the tests call main())
@@ -133,8 +143,8 @@ def main(argv=None) -> None:
 def _count(args) -> None:
     torch.set_num_threads(1)
     cpu.OWN_PATH = False
-    for name in ("_draw", "_plan", "_geometry", "_finish"):
-        setattr(Pipeline, name, _labelled(getattr(Pipeline, name), name.strip("_")))
+    for name, label in _STAGES.items():
+        setattr(Pipeline, name, _labelled(getattr(Pipeline, name), label))
     x = torch.randint(0, 256, (args.batch, 3, 16, 20), dtype=torch.uint8)
     ragged = [torch.randint(0, 256, (3, 16 + i % 5, 20 + i % 3), dtype=torch.uint8) for i in range(args.batch)]
     print(f"count_ops: README pipeline (8x8 output), CUDA code path on the CPU, {time.strftime('%Y-%m-%d')}")

@@ -96,6 +96,8 @@ class Pipeline(nn.Module):
         self._warp_at = [i for i in geometric if i >= first_rotation and hasattr(ops[i], "matrix")]
         self._final_crop_at = [i for i in geometric if i >= first_rotation and isinstance(ops[i], CenterCrop)]
         self._color_at = [i for i, op in enumerate(ops) if isinstance(op, ColorOp)]
+        # On a device, the ops from here on draw once the resampling is launched (see _forward).
+        self._late_from = self._resample_at[-1] + 1 if self._resample_at else len(ops)
         # Crops, flips and padding only: each output pixel may be one source pixel (CPU: a gather).
         moves = (RandomCrop, CenterCrop, RandomHorizontalFlip, RandomVerticalFlip)
         self._moves_pixels_only = all(isinstance(ops[i], moves) for i in self._resample_at)
@@ -287,35 +289,50 @@ class Pipeline(nn.Module):
                 return self._forward(images, params, return_params)
         items, sizes, frames, is_clip = inspect_images(images)
         n = len(items) // frames
+        own = cpu.own_path(self.device)
+        # On a device the ops after the resampling draw (and the warp and color program are planned)
+        # once its kernel is launched: that host work then overlaps the device's largest kernel.
+        # Same generator, same order: the same draws. (Not under torch.compile: _draw is a graph break.)
+        defer = not own and not torch.compiler.is_compiling()
         if params is None:
-            params = self._draw(n, sizes, frames)
+            params = self._draw(n, sizes, frames, stop=self._late_from if defer else None)
         else:
             params = self._check_params(params, n, sizes, frames)
-        frame_params = [{k: v.repeat_interleave(frames, 0) for k, v in p.items()} if frames > 1 else p for p in params]
-        color = [(self.ops[i], frame_params[i]) for i in self._color_at]
         first = items if isinstance(items, Tensor) else items[0]
         check_float_range(first[0] if first.dim() == 4 else first)
         channels = first.shape[-3]
-        own = cpu.own_path(self.device)
         kernels = None if own else _gpu_kernels(self.device)
+        frame_params = _per_frame(params, frames)
         plan = self._plan(sizes, frame_params, len(items), channels, uint8=first.dtype == torch.uint8, kernels=kernels)
+
+        def plan_the_rest():
+            """Draw the ops not drawn yet, plan the warp -> (the color ops with their params, their
+            program for a fused kernel or None)."""
+            nonlocal params, frame_params
+            if len(params) < len(self.ops):
+                late = self._draw(n, sizes, frames, start=len(params))
+                params, frame_params = params + late, frame_params + _per_frame(late, frames)
+            self._plan_warp(plan, frame_params, channels)
+            color = [(self.ops[i], frame_params[i]) for i in self._color_at]
+            # The color ops as one program per sample for a fused kernel (CPU float32: gpuaug.native;
+            # CUDA: gpuaug.gpu_kernels), else op by op.
+            program = None
+            if color and ((own and self.compute_dtype() == torch.float32) or plan["kernels"] is not None):
+                program = color_programs(color, len(items), self.device)
+            return color, program
 
         # The plan (taps, matrices) is built once for the whole batch. On CUDA: one pass, the warp
         # and the color ops as Triton kernels (gpuaug.gpu_kernels) or else torch kernels. On the CPU
         # (gpuaug.cpu): chunks of a few images that stay in cache, and the color ops as one fused C
         # kernel per chunk where it is built (gpuaug.native).
-        on_cpu_kernel = own and self.compute_dtype() == torch.float32
-        on_gpu_kernel = plan["kernels"] is not None
-        program = None
-        if color and (on_cpu_kernel or on_gpu_kernel):
-            program = color_programs(color, len(items), self.device)
-        fused = cpu.fused_color_program(program, channels) if on_cpu_kernel else None
         if own:
+            color, program = plan_the_rest()
+            fused = cpu.fused_color_program(program, channels) if self.compute_dtype() == torch.float32 else None
             source = sizes.max()
             (H, W), (h, w) = source, plan["size"] or source
             parts = cpu.chunks(color, len(items), frames, grouped=fused is None, pixels=(H * W, h * w))
         else:
-            parts = [slice(0, len(items))]
+            fused, parts = None, [slice(0, len(items))]
         # CUDA kernels: a ragged batch is packed into one buffer (if not already) and read unpadded.
         packs = sizes.per_image is not None and plan["axes"] is not None
         if isinstance(items, PackedImages) and not packs:
@@ -326,14 +343,19 @@ class Pipeline(nn.Module):
                 chunk = plan["kernels"].pack_images(items, self.device)
             elif not (isinstance(chunk := _take(items, part), list) and own and cpu.reads_in_place(chunk, plan)):
                 chunk = self._stack(chunk, sizes[part])
-            x = self._geometry(chunk, plan, part)
+            if own:
+                x = self._geometry(chunk, plan, part)
+            else:  # one part: the whole batch
+                x, mirror = self._resample(chunk, plan, part)
+                color, program = plan_the_rest()
+                x = self._warp(x, mirror, plan, part)
             if fused is not None:
                 if out is None:
                     out = x.new_empty((len(items), *x.shape[1:]))
                 index = torch.arange(*part.indices(len(items))) if isinstance(part, slice) else part
                 native.color_program(x, out, index, *fused)
                 continue
-            if on_gpu_kernel and program is not None:
+            if plan["kernels"] is not None and program is not None:
                 out = self._color_gpu(plan["kernels"], x, program)
                 if out is not None:  # CUDA: one part, the whole batch
                     break
@@ -354,14 +376,16 @@ class Pipeline(nn.Module):
     # Under torch.compile: one graph break for all the draws (dynamo cannot trace a Generator
     # argument, so each op's draw was a break of its own).
     @torch.compiler.disable
-    def _draw(self, n: int, sizes: Sizes, frames: int, meta: bool = False) -> list[Params]:
-        """Every op's params for ``n`` draws (images, or clips), from the pipeline's generator;
-        ``meta``: their shapes and dtypes only, on the meta device, drawing nothing."""
+    def _draw(self, n: int, sizes: Sizes, frames: int, meta: bool = False, start: int = 0,
+              stop: int | None = None) -> list[Params]:
+        """The params of ops ``start:stop`` (all by default) for ``n`` draws (images, or clips), from
+        the pipeline's generator; ``meta``: their shapes and dtypes only, on the meta device, drawing nothing."""
         gen, device = (None, torch.device("meta")) if meta else (self._get_generator(), self.device)
-        params = [op.make_params(Draw(n, device, gen, s)) for op, s in self._op_inputs(sizes, frames)]
-        if not meta and any(op.PIXEL_PARAMS for op in self.ops):  # crop boxes remember the sizes they
+        ops = list(self._op_inputs(sizes, frames))[start:stop]
+        params = [op.make_params(Draw(n, device, gen, s)) for op, s in ops]
+        if not meta and any(op.PIXEL_PARAMS for op, _ in ops):  # crop boxes remember the sizes they
             drawn_for = _per_draw(sizes, frames)  # were drawn for (host values: no sync to check)
-            for op, p in zip(self.ops, params):
+            for (op, _), p in zip(ops, params):
                 for v in p.values() if op.PIXEL_PARAMS else ():
                     setattr(v, _DRAWN_FOR, drawn_for)
         return params
@@ -375,9 +399,9 @@ class Pipeline(nn.Module):
                 sizes = op.output_sizes(sizes)
 
     def _plan(self, sizes: Sizes, params: list[Params], n: int, channels: int, uint8: bool, kernels=None) -> dict:
-        """Per-sample resampling (crop/resize/flip) and warp matrix (rotation and the flips after
-        it) for the whole batch, from the params; ``None`` for a stage with no op. The resampling
-        is planned as axis maps for the CUDA kernels (``kernels``: :mod:`gpuaug.gpu_kernels`,
+        """Per-sample resampling (crop/resize/flip) for the whole batch, from the params of the ops
+        before any rotation (``params`` may stop there); ``None`` where there is none; the warp
+        (rotation and the flips after it) is left to :meth:`_plan_warp`. The resampling is planned as axis maps for the CUDA kernels (``kernels``: :mod:`gpuaug.gpu_kernels`,
         which compute their filter taps themselves), as crop boxes on the CPU for uint8 images
         whose maps are all plain crops (+ flips), resized, or whole-pixel parts of such (torchvision's
         uint8 kernel, see ``_geometry``),
@@ -431,7 +455,8 @@ class Pipeline(nn.Module):
                     plan["single"] = (rows, cols) if rows is not None and cols is not None else None
             if self._pad_fill is not None:
                 plan["pad_fill"] = self._padding_share(plan, channels)
-        return self._plan_warp(plan, s, params, channels)
+        plan["seen"] = s  # the sizes the warp sees
+        return plan
 
     def _padding_share(self, plan: dict, channels: int) -> tuple[Tensor, Tensor, Tensor] | None:
         """RandomCrop's fill, ``(C,)``, and the share of each output pixel's filter that read
@@ -444,8 +469,9 @@ class Pipeline(nn.Module):
             _filter_taps(plan["resample"], plan["size"])
         return fill, rows[1].sum(-1), cols[1].sum(-1)
 
-    def _plan_warp(self, plan: dict, s: Sizes, params: list[Params], channels: int) -> dict:
-        """The warp stage of :meth:`_plan`: ``s`` are the sizes it sees."""
+    def _plan_warp(self, plan: dict, params: list[Params], channels: int) -> None:
+        """The warp stage of :meth:`_plan` (done apart: on a device, once the resampling is launched)."""
+        s = plan["seen"]
         if self._warp_at:
             matrix = None
             for i in self._warp_at:
@@ -467,7 +493,6 @@ class Pipeline(nn.Module):
                 t, l = self.ops[i].start(size)
                 top, left, size = top + t, left + l, self.ops[i].size
             plan["final_crop"] = (top, left, *size)
-        return plan
 
     def _geometry(self, x: Tensor | list[Tensor], plan: dict, part: slice | Tensor) -> Tensor:
         """Images ``part`` of the batch (one tensor; on the CPU a list that
@@ -476,11 +501,17 @@ class Pipeline(nn.Module):
         contiguous."""
         if plan["exact"] is not None:
             return self._geometry_split(x, plan, part)
+        return self._warp(*self._resample(x, plan, part), plan, part)
+
+    def _resample(self, x: Tensor | list[Tensor], plan: dict, part: slice | Tensor) -> tuple[Tensor, tuple | None]:
+        """The resampling stage of :meth:`_geometry` -> (float images, the ``(flip_x, flip_y)``
+        ``(n,)`` bools left to the warp, or None): the CPU's uint8 crops leave their flips to a
+        planned warp."""
         dt = self.compute_dtype()
         packed = not isinstance(x, (Tensor, list))  # a ragged list packed for the CUDA kernels
         uint8 = (x.flat if packed else x[0] if isinstance(x, list) else x).dtype == torch.uint8
         unit = 1 / 255 if uint8 else 1.0  # uint8 -> [0, 1], carried by a resampling's column weights
-        warp = None if plan["warp"] is None else _take(plan["warp"], part)
+        mirror = None
         if plan["boxes"] is not None:
             # CPU, uint8, every sample a plain crop (+ flip) resized (a part of it kept): torchvision's own uint8
             # kernel per image, 3-5x faster here than resampling in float. Results are integers,
@@ -489,10 +520,8 @@ class Pipeline(nn.Module):
                 [_take(t, part) for t in axis] for axis in plan["boxes"])
             x = resized_crops(x, top.tolist(), left.tolist(), height.tolist(), width.tolist(), plan["size"],
                               list(zip(rows.tolist(), cols.tolist())), list(zip(skip_y.tolist(), skip_x.tolist())))
-            if warp is not None:  # flips ride on the warp: mirror its source coordinates
-                warp = warp.clone()
-                warp[:, 0] *= 1 - 2 * flip_x.to(warp.dtype).view(-1, 1)
-                warp[:, 1] *= 1 - 2 * flip_y.to(warp.dtype).view(-1, 1)
+            if self._warp_at:  # flips ride on the warp
+                mirror = (flip_x, flip_y)
             else:
                 for dim, flags in ((-1, flip_x), (-2, flip_y)):
                     for i in flags.nonzero().flatten().tolist():
@@ -500,7 +529,7 @@ class Pipeline(nn.Module):
             x = x.to(dt).mul_(1 / 255)
         elif plan["resample"] is None:
             # With no warp and no color op after it, a float input would come back as itself.
-            x = x.to(dt, copy=warp is None and not self._color_at)
+            x = x.to(dt, copy=not self._warp_at and not self._color_at)
             if uint8:
                 x = x.mul_(1 / 255)
         else:
@@ -536,6 +565,17 @@ class Pipeline(nn.Module):
         if plan["resample"] is not None and plan["resample"]["cubic"]:
             # Bicubic overshoots: gpuaug's images stay in [0, 1] (torchvision clamps uint8, not float).
             x = x.clamp_(0, 1)
+        return x, mirror
+
+    def _warp(self, x: Tensor, mirror: tuple | None, plan: dict, part: slice | Tensor) -> Tensor:
+        """The warp stage of :meth:`_geometry` (rotation, the flips after it, the CenterCrop after
+        it) on the resampled images -> contiguous; ``mirror``: flips to fold into the warp."""
+        warp = None if plan["warp"] is None else _take(plan["warp"], part)
+        if mirror is not None:  # mirror the warp's source coordinates
+            flip_x, flip_y = mirror
+            warp = warp.clone()
+            warp[:, 0] *= 1 - 2 * flip_x.to(warp.dtype).view(-1, 1)
+            warp[:, 1] *= 1 - 2 * flip_y.to(warp.dtype).view(-1, 1)
         if warp is not None:
             kernels = plan["kernels"]
             how = (plan["fill"], plan["blend"], plan["nearest"])
@@ -642,6 +682,11 @@ class Pipeline(nn.Module):
 # values (reading the params on a GPU would wait for it). A copy, slice or move of the tensor
 # has none, and is checked by its values where it is on the CPU.
 _DRAWN_FOR = "_gpuaug_drawn_for"
+
+
+def _per_frame(params: list[Params], frames: int) -> list[Params]:
+    """Each draw's params repeated for the frames of its clip (``frames`` > 1), as the images come."""
+    return [{k: v.repeat_interleave(frames, 0) for k, v in p.items()} for p in params] if frames > 1 else params
 
 
 def _per_draw(sizes: Sizes, frames: int) -> tuple:

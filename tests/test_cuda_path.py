@@ -155,6 +155,29 @@ def test_cuda_path_has_no_host_sync(photos, fake_cuda, layout):
     assert out.shape[-3:] == (3, 64, 64) and out.shape[0] == (2 if "clips" in layout else 4)
 
 
+@pytest.mark.parametrize("layout", ["batch", "clips"])
+def test_on_a_device_the_ops_after_the_resampling_draw_once_it_is_launched(photos, monkeypatch, layout):
+    """The host draws the rotation's and the color ops' params (and plans the warp and the color
+    program) while the device runs the resampling, the call's largest kernel: after its launch, from
+    the same generator in the same order (test_paths_agree: the same output as the CPU's)."""
+    stub = _stand_in_cuda(monkeypatch, "triton kernels")
+    events, launch = [], stub.guarded
+    monkeypatch.setattr(stub, "guarded", lambda kernel, *a, **k: (events.append(kernel.__name__), launch(kernel, *a, **k))[1])
+    steps = ops()
+    for op in steps:
+        def recorded(draw, make_params=op.make_params, name=type(op).__name__):
+            events.append(name)
+            return make_params(draw)
+        monkeypatch.setattr(op, "make_params", recorded)
+    batch = torch.stack([p[:, :200, :240] for p in photos])
+    with fake_tensor.FakeTensorMode(allow_non_fake_inputs=True):
+        pipe = ga.Pipeline(*steps, device="cuda", seed=0)
+        out, params = pipe((batch if layout == "batch" else batch.view(2, 2, 3, 200, 240)).to("cuda"), return_params=True)
+    assert events == ["RandomResizedCrop", "RandomHorizontalFlip", "RandomVerticalFlip", "resample_axes",
+                      "RandomRotation", "ColorJitter", "RandomGrayscale", "Normalize", "warp_affine", "color_program"]
+    assert len(params) == len(steps) and params[3]["angle"].shape == (out.shape[0],)
+
+
 def test_crop_params_replayed_on_images_of_other_sizes_are_refused_without_reading_them(photos, fake_cuda):
     """On a GPU replayed params are not read (a host sync); drawn crop boxes carry the sizes of
     the images they were drawn for as host values, so a replay on other images is refused there
