@@ -45,22 +45,14 @@ def inspect_images(images) -> tuple[list[Tensor] | Tensor, Sizes, int, bool]:
             frames = _frame_count([t.shape[0] for t in images])
             items, sizes, _, _ = inspect_images([f for clip in images for f in clip.unbind(0)])
             return items, sizes, frames, True
-        for i, t in enumerate(images):
-            if not isinstance(t, Tensor):
-                raise TypeError(f"expected a list of (C, H, W) tensors, item {i} is {type(t).__name__}"
-                                f"{_convert_hint(t, '2, 0, 1')}")
-            if t.dim() != 3:
-                raise ValueError(f"expected a list of (C, H, W) tensors, item {i} has shape {tuple(t.shape)}")
-            if i == 0:
-                check_image_tensor(t[None], "images")
-            elif t.dtype != images[0].dtype or t.shape[0] != images[0].shape[0]:
-                raise ValueError(
-                    f"all images in a list need one dtype and channel count: item 0 is {images[0].dtype} "
-                    f"{tuple(images[0].shape)}, item {i} is {t.dtype} {tuple(t.shape)}")
-            elif 0 in t.shape:
-                raise ValueError(f"expected images with non-zero height and width, item {i} has shape "
-                                 f"{tuple(t.shape)}")
-        return list(images), Sizes(per_image=[tuple(t.shape[-2:]) for t in images]), 1, False
+        shapes = [t.shape for t in images] if all(isinstance(t, Tensor) for t in images) else None
+        if shapes is not None and all(len(s) == 3 for s in shapes):
+            c, dtype = shapes[0][0], images[0].dtype
+            if all(s[0] == c and s[1] and s[2] for s in shapes) and all(t.dtype == dtype for t in images):
+                check_image_tensor(images[0][None], "images")
+                return list(images), Sizes(per_image=[(s[1], s[2]) for s in shapes]), 1, False
+        _check_list(images)  # raises, naming the first bad item
+        raise AssertionError("unreachable: the list was refused above")
     if not isinstance(images, Tensor):
         raise TypeError(f"expected a uint8/float tensor or a list of tensors, got {type(images).__name__}"
                         f"{_convert_hint(images, '0, 3, 1, 2')}")
@@ -76,6 +68,26 @@ def inspect_images(images) -> tuple[list[Tensor] | Tensor, Sizes, int, bool]:
             + (" (one image? x[None] makes a batch of one)" if images.dim() == 3 and images.shape[0] in (1, 3) else ""))
     check_image_tensor(images, "images")
     return images, Sizes(uniform=tuple(images.shape[-2:])), 1, False
+
+
+def _check_list(images: list | tuple) -> None:
+    """The error for the first item of a list of images that is not a ``(C, H, W)`` tensor of the
+    first item's dtype and channel count, with a non-zero height and width."""
+    for i, t in enumerate(images):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"expected a list of (C, H, W) tensors, item {i} is {type(t).__name__}"
+                            f"{_convert_hint(t, '2, 0, 1')}")
+        if t.dim() != 3:
+            raise ValueError(f"expected a list of (C, H, W) tensors, item {i} has shape {tuple(t.shape)}")
+        if i == 0:
+            check_image_tensor(t[None], "images")
+        elif t.dtype != images[0].dtype or t.shape[0] != images[0].shape[0]:
+            raise ValueError(
+                f"all images in a list need one dtype and channel count: item 0 is {images[0].dtype} "
+                f"{tuple(images[0].shape)}, item {i} is {t.dtype} {tuple(t.shape)}")
+        elif 0 in t.shape:
+            raise ValueError(f"expected images with non-zero height and width, item {i} has shape "
+                             f"{tuple(t.shape)}")
 
 
 def _frame_count(counts: list[int]) -> int:
