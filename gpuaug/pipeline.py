@@ -401,11 +401,11 @@ class Pipeline(nn.Module):
     def _plan(self, sizes: Sizes, params: list[Params], n: int, channels: int, uint8: bool, kernels=None) -> dict:
         """Per-sample resampling (crop/resize/flip) for the whole batch, from the params of the ops
         before any rotation (``params`` may stop there); ``None`` where there is none; the warp
-        (rotation and the flips after it) is left to :meth:`_plan_warp`. The resampling is planned as axis maps for the CUDA kernels (``kernels``: :mod:`gpuaug.gpu_kernels`,
-        which compute their filter taps themselves), as crop boxes on the CPU for uint8 images
-        whose maps are all plain crops (+ flips), resized, or whole-pixel parts of such (torchvision's
-        uint8 kernel, see ``_geometry``),
-        else as filter taps (:func:`_filter_taps`)."""
+        (rotation and the flips after it) is left to :meth:`_plan_warp`. The resampling is planned
+        as axis maps for the CUDA kernels (``kernels``: :mod:`gpuaug.gpu_kernels`, which compute
+        their filter taps themselves), as crop boxes on the CPU for uint8 images whose maps are all
+        plain crops (+ flips), resized, or whole-pixel parts of such (torchvision's uint8 kernel,
+        see ``_resample``), else as filter taps (:func:`_filter_taps`)."""
         plan = {"resample": None, "axes": None, "rows": None, "cols": None, "boxes": None, "exact": None, "single": None,
                 "size": None, "warp": None, "fill": None, "blend": True, "nearest": False, "pad_fill": None,
                 "final_crop": None, "kernels": kernels}
