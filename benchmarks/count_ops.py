@@ -2,9 +2,12 @@
 
 No GPU needed: with ``gpuaug.cpu.OWN_PATH = False`` the pipeline runs on the CPU exactly as on
 CUDA, and every non-view aten op it dispatches would be one kernel launch there. Prints the count
-per stage (draw, plan, geometry, each color op, finish), and the host arrays copied to the device, for the README pipeline (`gpuaug bench`'s
-ops, with an 8x8 output) and the time of a call on ``--batch`` ~16x20 images: almost all of it is dispatch, the
-host's per-batch cost that a GPU cannot hide when it launches kernels faster than they run.
+per stage (draw, plan, geometry, each color op, finish), and the host arrays copied to the
+device, for the README pipeline (`gpuaug bench`'s ops, with an 8x8 output) and the time of a call
+on ``--batch`` ~16x20 images: almost all of it is dispatch, the host's per-batch cost that a GPU
+cannot hide when it launches kernels faster than they run. With the Triton kernels, also how long
+into the call the resampling is launched: a call timed alone waits that long before the device
+starts its largest kernel (what the host does after the launch overlaps it).
 
 Rows: the warp and color ops by torch kernels (CUDA without Triton, or ``GPUAUG_TRITON=0``)
 and by the Triton kernels (gpuaug.gpu_kernels; their launches are counted, not run: on the CPU the
