@@ -302,6 +302,7 @@ class Pipeline(nn.Module):
         check_float_range(first[0] if first.dim() == 4 else first)
         channels = first.shape[-3]
         kernels = None if own else _gpu_kernels(self.device)
+        cpu_kernel = own and self.compute_dtype() == torch.float32  # the fused C color kernel (gpuaug.native)
         frame_params = _per_frame(params, frames)
         plan = self._plan(sizes, frame_params, len(items), channels, uint8=first.dtype == torch.uint8, kernels=kernels)
 
@@ -317,7 +318,7 @@ class Pipeline(nn.Module):
             # The color ops as one program per sample for a fused kernel (CPU float32: gpuaug.native;
             # CUDA: gpuaug.gpu_kernels), else op by op.
             program = None
-            if color and ((own and self.compute_dtype() == torch.float32) or plan["kernels"] is not None):
+            if color and (cpu_kernel or plan["kernels"] is not None):
                 program = color_programs(color, len(items), self.device)
             return color, program
 
@@ -327,7 +328,7 @@ class Pipeline(nn.Module):
         # kernel per chunk where it is built (gpuaug.native).
         if own:
             color, program = plan_the_rest()
-            fused = cpu.fused_color_program(program, channels) if self.compute_dtype() == torch.float32 else None
+            fused = cpu.fused_color_program(program, channels) if cpu_kernel else None
             source = sizes.max()
             (H, W), (h, w) = source, plan["size"] or source
             parts = cpu.chunks(color, len(items), frames, grouped=fused is None, pixels=(H * W, h * w))

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from ..functional.geometry import PAD_MODES, flip_matrix, rotation_matrix
 from ._base import (Draw, Op, Params, Sizes, check_interpolation, check_probability, check_range, check_resize_filter,
-                    refuse_params, setup_size, to_device)
+                    int_table, refuse_params, setup_size, to_device)
 
 
 class AxisMap:
@@ -207,26 +207,15 @@ class RandomResizedCrop(GeometricOp):
     def _fallback(self, draw: Draw) -> Tensor:
         """torchvision's fallback, where no try fits: the whole image cut to the nearest allowed
         aspect ratio, centered -> ``(n, 4)`` or ``(1, 4)`` ``[top, left, height, width]``. Sizes
-        are host-side, so it is computed on the host (by numpy for images of different sizes) and
-        copied once."""
-        if draw.sizes.per_image is None:
-            return to_device(draw.sizes.rows(self._center_crop), draw.device)
-        return to_device(self._center_crops(draw.sizes.array()), draw.device)
+        are host-side, so it is computed on the host (once per distinct size) and copied once."""
+        rows = draw.sizes.rows(self._center_crop)
+        return to_device(rows if draw.sizes.per_image is None else int_table(rows, 4), draw.device)
 
     def _center_crop(self, hw: tuple[int, int]) -> tuple[int, int, int, int]:
         """The fallback crop of an image of size ``hw`` (torchvision's, in Python floats)."""
         (lo, hi), (h, w) = self.ratio, hw
         ch, cw = (round(w / lo), w) if w / h < lo else (h, round(h * hi)) if w / h > hi else (h, w)
         return (h - ch) // 2, (w - cw) // 2, ch, cw
-
-    def _center_crops(self, hw: np.ndarray) -> np.ndarray:
-        """:meth:`_center_crop` of each ``(n, 2)`` int64 size -> ``(n, 4)`` float64: the same
-        float64 arithmetic, numpy's rounding half to even as Python's (~4x faster than a row
-        per image through Python for 256 images)."""
-        (lo, hi), h, w = self.ratio, hw[:, 0].astype(np.float64), hw[:, 1].astype(np.float64)
-        narrow, wide = w / h < lo, w / h > hi
-        ch, cw = np.where(narrow, np.round(w / lo), h), np.where(wide & ~narrow, np.round(h * hi), w)
-        return np.stack([(h - ch) // 2, (w - cw) // 2, ch, cw], 1)
 
     def check_params(self, params: dict[str, np.ndarray], sizes: Sizes) -> None:
         # A box past its image would need more filter taps than the plan gives (the plan's
