@@ -23,6 +23,7 @@ import torchvision.transforms.v2.functional as TF
 from torchvision.transforms import InterpolationMode, v2
 
 import gpuaug as ga
+from gpuaug.transforms.color import ColorOp
 from conftest import central_disc, color_gain, route_to_kernels, to_float
 from generators import COLOR, composition_ops, corner_ops, more_composition_ops
 
@@ -227,9 +228,19 @@ def _assert_close(got: torch.Tensor, image: torch.Tensor, ops: list, params: lis
     if any(isinstance(op, ga.RandomRotation) for op in ops):
         inside = central_disc(*err.shape, margin=3.0)
     if any(getattr(op, "interpolation", "") == "nearest" for op in ops):
+        # Also seen in the geometric ops' output: a nudge flips other picks too, which shifts the
+        # means contrast blends with, so after the color ops a flipped pick may differ from the
+        # reference by more than tol where the nudged chain does not (case 131765: 0.11/255
+        # against 0.09/255). Before them the only change is the flips (the color ops can magnify
+        # a flip's jump by their gain, hence tol / gain there).
+        shape = [k for k, op in enumerate(ops) if not isinstance(op, ColorOp)]
+        shape_ops, shape_params = [ops[k] for k in shape], [params[k] for k in shape]
+        shape_ref = _torchvision(image, shape_ops, shape_params, i)
         on_midpoint = torch.zeros_like(inside)
         for nudge in NUDGES:
             on_midpoint |= (_torchvision(image, ops, params, i, nudge) - ref).abs().amax(0) > tol
+            on_midpoint |= (_torchvision(image, shape_ops, shape_params, i, nudge) - shape_ref).abs().amax(0) \
+                > tol / color_gain(ops)
         inside &= ~on_midpoint
     err = err[inside]
     assert err.numel() == 0 or err.max() <= tol, (where, err.max().item(), (err > tol).sum().item(), ops)
