@@ -12,7 +12,8 @@ starts its largest kernel (what the host does after the launch overlaps it).
 Rows: the warp and color ops by torch kernels (CUDA without Triton, or ``GPUAUG_TRITON=0``)
 and by the Triton kernels (gpuaug.gpu_kernels; their launches are counted, not run: on the CPU the
 pipeline gets a stand-in that only counts them, so that row's time leaves out that work), on a
-batch of one size; then images of different sizes as a list and as the one buffer
+batch of one size; then images of different sizes (all different, as a photo dataset's batch:
+``--distinct 15`` repeats 15 sizes, this script's batch until 2026-12-04) as a list and as the one buffer
 ``gpuaug.data.collate`` makes (``ga.PackedImages``); last, the validation transform (Resize +
 CenterCrop, the same 8x8 output) on that buffer, whose host work is per image size.
 """
@@ -45,6 +46,7 @@ class _CountLaunches:
     def __init__(self):
         self.launches = 0
         self.resampled_at = None  # time.perf_counter() at the last resampling launch
+        self.ops_before = None  # torch ops counted (under _Count) before the last resampling launch
 
     def guarded(self, launch, *args, **kwargs):
         return launch(*args, **kwargs)
@@ -61,16 +63,21 @@ class _CountLaunches:
                       pad_output=False, cubic=False):
         self.launches += 2
         self.resampled_at = time.perf_counter()
+        self.ops_before = _Count.running
         return torch.empty(x.shape[0], x.shape[1], *size, dtype=dtype)
 
 
 class _Count(TorchDispatchMode):
+    running = 0  # ops counted so far in the current count
+
     def __init__(self):
         super().__init__()
         self.counts, self.names = Counter(), Counter()
+        _Count.running = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if not func.is_view and func not in (torch.ops.aten.detach.default,):
+            _Count.running += 1
             self.counts[_stage[0]] += 1
             self.names[(_stage[0], func.__name__)] += 1
         return func(*args, **(kwargs or {}))
@@ -116,7 +123,8 @@ def _measure(pipe, x, calls: int, show_ops: bool, label: str) -> None:
         launches = kernel.launches // (calls + 2)
         extra = f" | Triton launches {launches}"
     print(f"{label}: {counts}{extra} | total {sum(counter.counts.values()) + launches} | host copies {copies[0]}")
-    launch = f"; the resampling launched after {statistics.median(to_launch) * 1e3:.2f} ms (median)" if to_launch else ""
+    launch = (f"; the resampling launched after {statistics.median(to_launch) * 1e3:.2f} ms (median) and "
+              f"{kernel.ops_before} torch ops" if to_launch else "")
     print(f"  call on {len(x)} ~16x20 images (~dispatch): fastest {best * 1e3:.2f} ms, mean {total / calls * 1e3:.2f} ms"
           f"{launch}")
     if show_ops:
@@ -131,6 +139,8 @@ def main(argv=None) -> None:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--calls", type=int, default=30)
     parser.add_argument("--ops", action="store_true", help="also list the aten ops of each stage")
+    parser.add_argument("--distinct", choices=("all", "15"), default="all",
+                        help="how many sizes the ragged batch has: all different, or 15 repeated")
     args = parser.parse_args(argv)
     saved = (torch.get_num_threads(), cpu.OWN_PATH, pipeline_module._gpu_kernels,
              {name: getattr(Pipeline, name) for name in _STAGES})
@@ -149,7 +159,9 @@ def _count(args) -> None:
     for name, label in _STAGES.items():
         setattr(Pipeline, name, _labelled(getattr(Pipeline, name), label))
     x = torch.randint(0, 256, (args.batch, 3, 16, 20), dtype=torch.uint8)
-    ragged = [torch.randint(0, 256, (3, 16 + i % 5, 20 + i % 3), dtype=torch.uint8) for i in range(args.batch)]
+    shapes = [(16 + i % 5, 20 + i % 3) for i in range(args.batch)] if args.distinct == "15" else \
+        [(16 + i % 16, 20 + i // 16) for i in range(args.batch)]  # all different
+    ragged = [torch.randint(0, 256, (3, h, w), dtype=torch.uint8) for h, w in shapes]
     print(f"count_ops: README pipeline (8x8 output), CUDA code path on the CPU, {time.strftime('%Y-%m-%d')}")
     # The README pipeline with an 8x8 output, so the pixel work is negligible; then the validation
     # transform (Resize + CenterCrop, the same outputs) on the ragged batch a DeviceLoader hands over.

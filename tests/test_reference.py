@@ -148,7 +148,7 @@ def test_random_resized_crop_fallback_is_torchvisions_center_crop(photos, kernel
 
 @pytest.mark.parametrize("ratio", [(3 / 4, 4 / 3), (2.0, 3.0), (0.2, 0.3), (0.5, 0.5), (1.0, 1.0)])
 def test_random_resized_crop_fallback_of_a_ragged_batch_is_torchvisions(ratio):
-    """The fallback of a ragged batch is computed on the host once per distinct size: each image's crop
+    """The fallback of a ragged batch is computed on the host in one numpy pass: each image's crop
     is the one torchvision's make_params gives it, on sizes whose ratio falls below, inside and
     above the range and on its edges (rounding half to even: 3x5 at ratio 0.5 is 2.5 -> 2)."""
     rng = torch.Generator().manual_seed(0)

@@ -154,6 +154,7 @@ class RandomResizedCrop(GeometricOp):
         if scale[0] <= 0 or ratio[0] <= 0:
             raise ValueError(f"scale and ratio must be positive, got scale={scale}, ratio={ratio}")
         self.scale, self.ratio, self.antialias = scale, ratio, antialias
+        self._uniform_fallbacks: dict = {}  # ((h, w), ratio) -> _fallback's row, host ints
 
     def extra_repr(self) -> str:
         cubic = ", interpolation=bicubic" if self.interpolation == "bicubic" else ""
@@ -207,15 +208,29 @@ class RandomResizedCrop(GeometricOp):
     def _fallback(self, draw: Draw) -> Tensor:
         """torchvision's fallback, where no try fits: the whole image cut to the nearest allowed
         aspect ratio, centered -> ``(n, 4)`` or ``(1, 4)`` ``[top, left, height, width]``. Sizes
-        are host-side, so it is computed on the host (once per distinct size) and copied once."""
-        rows = draw.sizes.rows(self._center_crop)
-        return to_device(rows if draw.sizes.per_image is None else int_table(rows, 4), draw.device)
+        are host-side, so it is computed on the host, in one numpy pass for images of different
+        sizes (a photo dataset's batch has about as many sizes as images), and copied once; for a
+        batch of one size, once per size and ratio (kept: :func:`to_device` keeps its copy too)."""
+        if draw.sizes.per_image is not None:
+            return to_device(self._center_crops(draw.sizes.array()), draw.device)
+        key = (draw.sizes.uniform, self.ratio)
+        row = self._uniform_fallbacks.get(key)
+        if row is None:
+            row = tuple(self._center_crops(draw.sizes.array())[0].tolist())
+            if len(self._uniform_fallbacks) < 64:
+                self._uniform_fallbacks[key] = row
+        return to_device(row, draw.device)
 
-    def _center_crop(self, hw: tuple[int, int]) -> tuple[int, int, int, int]:
-        """The fallback crop of an image of size ``hw`` (torchvision's, in Python floats)."""
-        (lo, hi), (h, w) = self.ratio, hw
-        ch, cw = (round(w / lo), w) if w / h < lo else (h, round(h * hi)) if w / h > hi else (h, w)
-        return (h - ch) // 2, (w - cw) // 2, ch, cw
+    def _center_crops(self, hw: np.ndarray) -> np.ndarray:
+        """The fallback crops of images of sizes ``hw`` (``(n, 2)`` int64 ``[height, width]``) ->
+        ``(n, 4)`` int64: torchvision's arithmetic (float64 as its Python floats, numpy's rounding
+        half to even as Python's ``round``), ~30 us for 256 sizes against ~200 us a row at a time."""
+        (lo, hi), h, w = self.ratio, hw[:, 0], hw[:, 1]
+        crops = np.empty((len(hw), 4), np.int64)
+        crops[:, 2] = np.where(w / h < lo, np.round(w / lo), h)  # too narrow: cut the height
+        crops[:, 3] = np.where(w / h > hi, np.round(h * hi), w)  # too wide: cut the width
+        np.floor_divide(hw - crops[:, 2:], 2, out=crops[:, :2])
+        return crops
 
     def check_params(self, params: dict[str, np.ndarray], sizes: Sizes) -> None:
         # A box past its image would need more filter taps than the plan gives (the plan's
