@@ -146,6 +146,20 @@ def test_random_resized_crop_fallback_is_torchvisions_center_crop(photos, kernel
         assert (out[i] - ref).abs().max() < 1e-4
 
 
+def test_random_resized_crop_fallback_of_one_size_batches_follows_each_size_and_ratio():
+    """A batch of one size keeps its fallback crop on the op: one op given batches of other sizes,
+    and its ratio changed between calls, gives each the crop torchvision's make_params gives."""
+    op = ga.RandomResizedCrop(4, scale=(1.5, 2.0), ratio=(2.0, 3.0))
+    pipe = ga.Pipeline(op, device="cpu", seed=0)
+    for ratio, (h, w) in [((2.0, 3.0), (30, 40)), ((2.0, 3.0), (50, 20)), ((0.2, 0.3), (30, 40)), ((2.0, 3.0), (30, 40))]:
+        op.ratio = ratio
+        _, params = pipe(torch.zeros(2, 1, h, w, dtype=torch.uint8), return_params=True)
+        tv = v2.RandomResizedCrop(4, scale=(1.5, 2.0), ratio=ratio).make_params([torch.zeros(1, h, w)])
+        for i in range(2):
+            got = [int(params[0][k][i]) for k in ("top", "left", "height", "width")]
+            assert got == [tv[k] for k in ("top", "left", "height", "width")], (ratio, (h, w), got, tv)
+
+
 @pytest.mark.parametrize("ratio", [(3 / 4, 4 / 3), (2.0, 3.0), (0.2, 0.3), (0.5, 0.5), (1.0, 1.0)])
 def test_random_resized_crop_fallback_of_a_ragged_batch_is_torchvisions(ratio):
     """The fallback of a ragged batch is computed on the host in one numpy pass: each image's crop
