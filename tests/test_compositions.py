@@ -235,12 +235,11 @@ def _assert_close(got: torch.Tensor, image: torch.Tensor, ops: list, params: lis
         # a flip's jump by their gain, hence tol / gain there).
         shape = [k for k, op in enumerate(ops) if not isinstance(op, ColorOp)]
         shape_ops, shape_params = [ops[k] for k in shape], [params[k] for k in shape]
-        shape_ref = _torchvision(image, shape_ops, shape_params, i)
+        shape_ref, shape_tol = _torchvision(image, shape_ops, shape_params, i), tol / color_gain(ops)
         on_midpoint = torch.zeros_like(inside)
         for nudge in NUDGES:
             on_midpoint |= (_torchvision(image, ops, params, i, nudge) - ref).abs().amax(0) > tol
-            on_midpoint |= (_torchvision(image, shape_ops, shape_params, i, nudge) - shape_ref).abs().amax(0) \
-                > tol / color_gain(ops)
+            on_midpoint |= (_torchvision(image, shape_ops, shape_params, i, nudge) - shape_ref).abs().amax(0) > shape_tol
         inside &= ~on_midpoint
     err = err[inside]
     assert err.numel() == 0 or err.max() <= tol, (where, err.max().item(), (err > tol).sum().item(), ops)

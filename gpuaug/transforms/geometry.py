@@ -18,7 +18,7 @@ from torch import Tensor
 
 from ..functional.geometry import PAD_MODES, flip_matrix, rotation_matrix
 from ._base import (Draw, Op, Params, Sizes, check_interpolation, check_probability, check_range, check_resize_filter,
-                    int_table, refuse_params, setup_size, to_device)
+                    refuse_params, setup_size, to_device)
 
 
 class AxisMap:
