@@ -100,3 +100,28 @@ def test_torch_compile_runs_ragged_batches_eagerly_without_recompiling(photos, m
             expected, params = pipe(images, return_params=True)
             assert torch.equal(compiled(images, params=params), expected)
     assert counter.frame_count == 0  # no graph was compiled for ragged input
+
+
+@pytest.mark.parametrize("ops", [
+    (lambda: (ga.Resize(100), ga.CenterCrop(64))),
+    (lambda: (ga.Resize(90, max_size=130), ga.RandomRotation(10), ga.CenterCrop(50))),
+    (lambda: (ga.RandomCrop(100, padding=4, padding_mode="reflect"), ga.Resize((50, 60)))),
+], ids=["resize, center crop", "resize max_size, rotation, center crop", "reflect-padded crop, resize"])
+def test_torch_compile_traces_the_size_rules_of_a_one_size_batch_without_graph_breaks(photos, monkeypatch, ops):
+    """Resize's output size, CenterCrop's start and RandomCrop's bounds are host-side rules of the
+    input size; for a batch of one size the traced call reads them as constants. Resize's scale
+    bound once went through numpy arrays, which dynamo cannot trace: 8 graphs for Resize +
+    CenterCrop. Now one graph, plus one for the code after the draws' break (``_draw``)."""
+    from torch._dynamo.testing import CompileCounter
+
+    monkeypatch.setattr(ga.cpu, "OWN_PATH", False)
+    torch._dynamo.reset()
+    batch = torch.stack([torch.nn.functional.interpolate(p[None].float(), size=(120, 160))[0] for p in photos])
+    batch = batch.to(torch.uint8)
+    pipe = ga.Pipeline(*ops(), device="cpu", seed=0)
+    expected, params = pipe(batch, return_params=True)
+    counter = CompileCounter()
+    compiled = torch.compile(pipe, backend=counter)
+    for _ in range(2):
+        assert (compiled(batch, params=params) - expected).abs().max() < 1e-4
+    assert counter.frame_count <= 2

@@ -69,6 +69,24 @@ def int_table(rows: list, width: int) -> np.ndarray:
     return np.fromiter(itertools.chain.from_iterable(rows), np.int64, len(rows) * width).reshape(-1, width)
 
 
+# One-size rows of Sizes.rows: (rule, settings, (h, w)) -> tuple. A plain dict, not
+# functools.lru_cache: under torch.compile dynamo reads a kept row from it as a constant (a row
+# not yet kept is one graph break: _one_row), where through an lru_cache wrapper it traced into
+# numpy and broke the graph. Rows added later recompile nothing (checked, torch 2.14.1).
+_ONE_ROWS: dict = {}
+_ONE_ROWS_KEPT = 1024
+
+
+@torch.compiler.disable
+def _one_row(rule, settings: tuple, hw: tuple[int, int]) -> tuple:
+    """``rule`` of one size (:meth:`Sizes.rows`) as a tuple of ints, kept (an error it raises is not)."""
+    key = (rule, settings, hw)
+    row = tuple(rule(np.array([hw], np.int64), *settings)[0].tolist())
+    if len(_ONE_ROWS) < _ONE_ROWS_KEPT:
+        _ONE_ROWS[key] = row
+    return row
+
+
 class Sizes:
     """Host-side ``(height, width)`` of each image at some point of the pipeline.
 
@@ -82,8 +100,8 @@ class Sizes:
         self.uniform, self.per_image = uniform, per_image
         self._array: np.ndarray | None = None
         self._pairs: Tensor | None = None
-        self._rows: dict = {}  # fn -> rows(fn)
-        self._maps: dict = {}  # fn -> map(fn)
+        self._rows: dict = {}  # (rule, settings) -> rows(rule, *settings)
+        self._maps: dict = {}  # (rule, settings) -> map(rule, *settings)
 
     def array(self) -> np.ndarray:
         """``(n, 2)`` int64 ``[height, width]`` rows of ``per_image`` (``(1, 2)`` where uniform),
@@ -100,25 +118,39 @@ class Sizes:
             return Sizes(per_image=[self.per_image[i] for i in part.tolist()])
         return Sizes(per_image=self.per_image[part])
 
-    def rows(self, fn) -> list:
-        """``fn((h, w))`` of each image (one item where uniform). ``fn``, a pure function of a size
-        (an op's output size, its crop's start, ...), runs once per distinct size, and the result is
-        kept on this object: a ragged batch's sizes are asked for several times a call (drawing,
-        planning), and a photo dataset repeats a few sizes."""
-        if fn not in self._rows:
-            if self.per_image is None:
-                self._rows[fn] = [fn(self.uniform)]
-            else:
-                each = {hw: fn(hw) for hw in dict.fromkeys(self.per_image)}
-                self._rows[fn] = [each[hw] for hw in self.per_image]
-        return self._rows[fn]
+    @classmethod
+    def of_rows(cls, rows: np.ndarray) -> Sizes:
+        """The sizes in ``rows``, ``(n, 2)`` int64 ``[height, width]`` (kept as :meth:`array`)."""
+        sizes = cls(per_image=list(map(tuple, rows.tolist())))
+        if sizes.per_image is not None:
+            sizes._array = rows
+        return sizes
 
-    def map(self, fn) -> Sizes:
-        """Apply ``fn((h, w)) -> (h, w)`` to every size (:meth:`rows`); the same Sizes each time."""
-        if fn not in self._maps:
-            out = self.rows(fn)
-            self._maps[fn] = Sizes(uniform=out[0]) if self.per_image is None else Sizes(per_image=out)
-        return self._maps[fn]
+    def rows(self, rule, *settings) -> list[tuple] | np.ndarray:
+        """``rule(hw, *settings)`` of each image, where ``rule``, a pure function of its arguments
+        (an op's output size, its crop's start, ...), maps ``(n, 2)`` int64 ``[height, width]``
+        rows to ``(n, k)`` int64 rows, and ``settings`` are the op's, hashable.
+
+        A ragged batch: the ``(n, k)`` array, one numpy pass over its sizes (a photo batch has
+        about as many sizes as images: ~0.4 ms for 256 sizes a row at a time in Python), kept on
+        this object (asked for several times a call). One size: ``[row]``, a tuple, kept for the
+        process per (rule, settings, size): a numpy pass over one row costs ~18 us a call."""
+        if self.per_image is None:
+            hw = tuple(self.uniform)
+            row = _ONE_ROWS.get((rule, settings, hw))
+            return [_one_row(rule, settings, hw) if row is None else row]
+        key = (rule, settings)
+        if key not in self._rows:
+            self._rows[key] = rule(self.array(), *settings)
+        return self._rows[key]
+
+    def map(self, rule, *settings) -> Sizes:
+        """The sizes ``rule`` (:meth:`rows`, ``k = 2``) gives; the same Sizes each time."""
+        key = (rule, settings)
+        if key not in self._maps:
+            out = self.rows(rule, *settings)
+            self._maps[key] = Sizes(uniform=out[0]) if self.per_image is None else Sizes.of_rows(out)
+        return self._maps[key]
 
     def max(self) -> tuple[int, int]:
         if self.per_image is None:

@@ -154,7 +154,6 @@ class RandomResizedCrop(GeometricOp):
         if scale[0] <= 0 or ratio[0] <= 0:
             raise ValueError(f"scale and ratio must be positive, got scale={scale}, ratio={ratio}")
         self.scale, self.ratio, self.antialias = scale, ratio, antialias
-        self._uniform_fallbacks: dict = {}  # ((h, w), ratio) -> _fallback's row, host ints
 
     def extra_repr(self) -> str:
         cubic = ", interpolation=bicubic" if self.interpolation == "bicubic" else ""
@@ -208,24 +207,15 @@ class RandomResizedCrop(GeometricOp):
     def _fallback(self, draw: Draw) -> Tensor:
         """torchvision's fallback, where no try fits: the whole image cut to the nearest allowed
         aspect ratio, centered -> ``(n, 4)`` or ``(1, 4)`` ``[top, left, height, width]``. Sizes
-        are host-side, so it is computed on the host, in one numpy pass for images of different
-        sizes (a photo dataset's batch has about as many sizes as images), and copied once; for a
-        batch of one size, once per size and ratio (kept: :func:`to_device` keeps its copy too)."""
-        if draw.sizes.per_image is not None:
-            return to_device(self._center_crops(draw.sizes.array()), draw.device)
-        key = (draw.sizes.uniform, self.ratio)
-        row = self._uniform_fallbacks.get(key)
-        if row is None:
-            row = tuple(self._center_crops(draw.sizes.array())[0].tolist())
-            if len(self._uniform_fallbacks) < 64:
-                self._uniform_fallbacks[key] = row
-        return to_device(row, draw.device)
+        are host-side, so it is computed on the host (:meth:`Sizes.rows`) and copied once."""
+        return to_device(draw.sizes.rows(self._center_crops, self.ratio), draw.device)
 
-    def _center_crops(self, hw: np.ndarray) -> np.ndarray:
+    @staticmethod
+    def _center_crops(hw: np.ndarray, ratio: tuple[float, float]) -> np.ndarray:
         """The fallback crops of images of sizes ``hw`` (``(n, 2)`` int64 ``[height, width]``) ->
         ``(n, 4)`` int64: torchvision's arithmetic (float64 as its Python floats, numpy's rounding
         half to even as Python's ``round``), ~30 us for 256 sizes against ~200 us a row at a time."""
-        (lo, hi), h, w = self.ratio, hw[:, 0], hw[:, 1]
+        (lo, hi), h, w = ratio, hw[:, 0], hw[:, 1]
         crops = np.empty((len(hw), 4), np.int64)
         crops[:, 2] = np.where(w / h < lo, np.round(w / lo), h)  # too narrow: cut the height
         crops[:, 3] = np.where(w / h > hi, np.round(h * hi), w)  # too wide: cut the width
@@ -299,27 +289,38 @@ class Resize(GeometricOp):
         cubic = ", interpolation=bicubic" if self.interpolation == "bicubic" else ""
         return f"size={self.size}{bound}{cubic}, antialias={self.antialias}"
 
-    def _out(self, hw: tuple[int, int]) -> tuple[int, int]:
-        """torchvision's ``_compute_resized_output_size``."""
-        if isinstance(self.size, tuple):
-            return self.size
-        h, w = hw
-        short, long = min(h, w), max(h, w)
-        if self.size is None:
-            new_short, new_long = int(self.max_size * short / long), self.max_size
+    @staticmethod
+    def _resized(hw: np.ndarray, size, max_size: int | None) -> np.ndarray:
+        """torchvision's ``_compute_resized_output_size`` of each ``(n, 2)`` int64 ``[height, width]``
+        row -> ``(n, 2)`` int64 (float64 division and truncation, as its Python ints and floats)."""
+        if isinstance(size, tuple):
+            return np.tile(np.array(size, np.int64), (len(hw), 1))
+        short, long = hw.min(1), hw.max(1)
+        if size is None:
+            new_short, new_long = (max_size * short / long).astype(np.int64), np.full_like(long, max_size)
         else:
-            new_short, new_long = self.size, int(self.size * long / short)
-            if self.max_size is not None and new_long > self.max_size:
-                new_short, new_long = int(self.max_size * new_short / new_long), self.max_size
-        if new_short < 1:
-            raise ValueError(f"{self!r} of a {h}x{w} image gives a side of 0 pixels")
-        return (new_long, new_short) if h > w else (new_short, new_long)
+            new_short, new_long = np.full_like(short, size), (size * long / short).astype(np.int64)
+            if max_size is not None:
+                over = new_long > max_size
+                new_short = np.where(over, (max_size * new_short / new_long).astype(np.int64), new_short)
+                new_long = np.where(over, max_size, new_long)
+        if (new_short < 1).any():
+            h, w = hw[np.argmax(new_short < 1)].tolist()
+            bound = "" if max_size is None else f", max_size={max_size}"
+            raise ValueError(f"Resize(size={size}{bound}) of a {h}x{w} image gives a side of 0 pixels")
+        tall = hw[:, 0] > hw[:, 1]
+        return np.stack([np.where(tall, new_long, new_short), np.where(tall, new_short, new_long)], 1)
 
     def output_sizes(self, sizes: Sizes) -> Sizes:
-        return sizes.map(self._out)
+        if isinstance(self.size, tuple):
+            return Sizes(uniform=self.size)
+        return sizes.map(self._resized, self.size, self.max_size)
 
     def max_scale(self, sizes: Sizes) -> tuple[float, float]:
-        y, x = (sizes.array() / self.output_sizes(sizes).array()).max(0).tolist()
+        out = self.output_sizes(sizes)
+        if sizes.per_image is None:  # no numpy: under torch.compile its arrays were graph breaks
+            return sizes.uniform[0] / out.uniform[0], sizes.uniform[1] / out.uniform[1]
+        y, x = (sizes.array() / out.array()).max(0).tolist()
         return y, x
 
     def map_axes(self, axes: AxisMap, params: Params, sizes: Sizes) -> None:
@@ -343,17 +344,21 @@ class CenterCrop(GeometricOp):
     def output_sizes(self, sizes: Sizes) -> Sizes:
         return Sizes(uniform=self.size)
 
-    def start(self, size: tuple[int, int]) -> tuple[int, int]:
-        """``(top, left)`` of the crop in an image of ``size`` (negative: padding before), host-side:
-        torchvision's ``round((full - crop) / 2)`` inside, or ``(crop - full) // 2`` of padding."""
-        def one(full: int, crop: int) -> int:
-            return int(round((full - crop) / 2)) if full >= crop else -((crop - full) // 2)
+    @staticmethod
+    def _starts(hw: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+        """``(top, left)`` of the crop in images of sizes ``hw`` (``(n, 2)`` int64) -> ``(n, 2)``
+        int64 (negative: padding before): torchvision's ``round((full - crop) / 2)`` inside (half
+        to even, as Python's ``round``), or ``(crop - full) // 2`` of padding."""
+        crop = np.array(size, np.int64)
+        return np.where(hw >= crop, np.round((hw - crop) / 2), -((crop - hw) // 2)).astype(np.int64)
 
-        return one(size[0], self.size[0]), one(size[1], self.size[1])
+    def start(self, size: tuple[int, int]) -> tuple[int, int]:
+        """``(top, left)`` of the crop in an image of ``size`` (:meth:`_starts`)."""
+        return Sizes(uniform=size).rows(self._starts, self.size)[0]
 
     def map_axes(self, axes: AxisMap, params: Params, sizes: Sizes) -> None:
         n, device = axes.scale.shape[0], axes.scale.device
-        axes.crop(to_device(sizes.rows(self.start), device).expand(n, 2), _pair(self.size, device))
+        axes.crop(to_device(sizes.rows(self._starts, self.size), device).expand(n, 2), _pair(self.size, device))
 
 
 class RandomCrop(GeometricOp):
@@ -414,33 +419,44 @@ class RandomCrop(GeometricOp):
     def output_sizes(self, sizes: Sizes) -> Sizes:
         return Sizes(uniform=self.size)
 
-    def _bounds(self, hw: tuple[int, int]) -> tuple[int, int, int, int]:
-        """``[top_min, left_min, top_range, left_range]`` for an image of ``hw``: the corner is
-        ``min + randint(range + 1)``, host-side; torchvision's checks and messages."""
-        left, top, right, bottom = self.padding
-        (h, w), (ch, cw) = hw, self.size
+    @staticmethod
+    def _bounds(hw: np.ndarray, size: tuple[int, int], padding: tuple[int, int, int, int], pad_if_needed: bool,
+                padding_mode: str) -> np.ndarray:
+        """``[top_min, left_min, top_range, left_range]`` for images of sizes ``hw`` (``(n, 2)``
+        int64) -> ``(n, 4)`` int64: the corner is ``min + randint(range + 1)``, host-side;
+        torchvision's checks and messages (naming the first image that fails them)."""
+        (left, top, right, bottom), (ch, cw), h, w = padding, size, hw[:, 0], hw[:, 1]
+        top, left = np.full_like(h, top), np.full_like(w, left)
         ph, pw = h + top + bottom, w + left + right
-        if self.pad_if_needed:
-            dh, dw = max(ch - ph, 0), max(cw - pw, 0)
+        if pad_if_needed:
+            dh, dw = np.maximum(ch - ph, 0), np.maximum(cw - pw, 0)
             top, left, ph, pw = top + dh, left + dw, ph + 2 * dh, pw + 2 * dw
-        if ph < ch or pw < cw:
-            raise ValueError(f"Required crop size {(ch, cw)} is larger than {'padded ' if any(self.padding) else ''}"
-                             f"input image size {(ph, pw)}.")
+        small = (ph < ch) | (pw < cw)
         # reflect copies each border pixel once less than symmetric: its pads must be shorter
-        longest = {"reflect": (h - 1, w - 1), "symmetric": (h, w)}.get(self.padding_mode)
-        if longest and (max(top, ph - h - top) > longest[0] or max(left, pw - w - left) > longest[1]):
-            raise ValueError(f"RandomCrop's {self.padding_mode} padding of {(top, ph - h - top, left, pw - w - left)} "
-                             f"(top, bottom, left, right) is longer than the image {(h, w)} allows "
-                             f"(reflect: < its side, symmetric: <= its side)")
-        return -top, -left, ph - ch, pw - cw
+        shorter = {"reflect": 1, "symmetric": 0}.get(padding_mode)
+        long = small if shorter is None else \
+            (np.maximum(top, ph - h - top) > h - shorter) | (np.maximum(left, pw - w - left) > w - shorter)
+        if small.any() or long.any():
+            i = np.argmax(small | long)
+            if small[i]:
+                raise ValueError(f"Required crop size {(ch, cw)} is larger than {'padded ' if any(padding) else ''}"
+                                 f"input image size {(int(ph[i]), int(pw[i]))}.")
+            pads = tuple(int(v[i]) for v in (top, ph - h - top, left, pw - w - left))
+            raise ValueError(f"RandomCrop's {padding_mode} padding of {pads} (top, bottom, left, right) is longer "
+                             f"than the image {(int(h[i]), int(w[i]))} allows (reflect: < its side, symmetric: "
+                             f"<= its side)")
+        return np.stack([-top, -left, ph - ch, pw - cw], 1)
+
+    def _bounds_of(self, sizes: Sizes) -> list[tuple] | np.ndarray:
+        return sizes.rows(self._bounds, self.size, self.padding, self.pad_if_needed, self.padding_mode)
 
     def make_params(self, draw: Draw) -> Params:
-        bounds = to_device(draw.sizes.rows(self._bounds), draw.device).expand(draw.n, 4)
+        bounds = to_device(self._bounds_of(draw.sizes), draw.device).expand(draw.n, 4)
         corner = bounds[:, :2] + draw.integers(bounds[:, 2:])
         return {"top": corner[:, 0], "left": corner[:, 1]}
 
     def check_params(self, params: dict[str, np.ndarray], sizes: Sizes) -> None:
-        (top, left), bounds = (params[k] for k in ("top", "left")), np.array(sizes.rows(self._bounds))
+        (top, left), bounds = (params[k] for k in ("top", "left")), np.array(self._bounds_of(sizes))
         ok = _whole(top, left) & (top >= bounds[:, 0]) & (top <= bounds[:, 0] + bounds[:, 2]) \
             & (left >= bounds[:, 1]) & (left <= bounds[:, 1] + bounds[:, 3])
         refuse_params(self, ok, params, "a corner of whole pixels that keeps the crop inside the (padded) image was "
