@@ -123,6 +123,41 @@ def test_resize_matches_torchvision(photos, size, max_size, kernel_path):
             assert (ours - to_float(TF.resize(img, list(ref.shape[-2:]), antialias=True))).abs().max() < 1e-6
 
 
+@pytest.mark.parametrize("size, max_size", [(256, None), (7, None), ([100], 150), (None, 64), ((30, 40), None)])
+def test_resize_output_sizes_over_a_batch_of_many_sizes_are_torchvisions(size, max_size):
+    """A photo batch has about as many sizes as images: Resize computes its output sizes in one
+    numpy pass over them. Each is the size torchvision computes (the longer side truncated,
+    max_size's second scaling, repeated sizes, both orientations); a side that would be 0 pixels
+    is a ValueError naming the image's size."""
+    from torchvision.transforms.v2.functional._geometry import _compute_resized_output_size
+
+    from gpuaug.transforms._base import Sizes
+    rng = np.random.default_rng(0)
+    sizes = [tuple(int(v) for v in rng.integers(20, 2000, 2)) for _ in range(300)] + [(375, 500), (500, 375), (375, 500)]
+    op = ga.Resize(size, max_size=max_size)
+    got = op.output_sizes(Sizes(per_image=sizes))
+    want = [tuple(_compute_resized_output_size(hw, size if size is None or isinstance(size, list) else
+                                               list(size) if isinstance(size, tuple) else [size], max_size))
+            for hw in sizes]
+    assert (got.per_image or [got.uniform] * len(sizes)) == want
+    if size is None:  # the shorter side 64 * 20 / 1999 -> 0 pixels
+        with pytest.raises(ValueError, match=r"of a 20x1999 image gives a side of 0 pixels"):
+            op.output_sizes(Sizes(per_image=[(300, 400), (20, 1999)]))
+
+
+@pytest.mark.parametrize("size", [(9, 12), (40, 31)])
+def test_center_crop_of_a_batch_of_many_sizes_cuts_where_torchvision_does(size, kernel_path):
+    """CenterCrop's start over a ragged batch is one numpy pass over its sizes: each image's crop
+    (rounding half to even where the room is odd, padding where the image is smaller) is the one
+    torchvision's center_crop cuts. Pixel values are all different, so a crop one pixel off fails."""
+    rng = np.random.default_rng(1)
+    shapes = [tuple(int(v) for v in rng.integers(5, 60, 2)) for _ in range(40)] + [(9, 12), (10, 13), (11, 14)]
+    images = [(torch.arange(h * w, dtype=torch.float32).view(1, h, w) + 1) / (h * w + 1) for h, w in shapes]
+    out = ga.Pipeline(ga.CenterCrop(size), device="cpu")(images)
+    for i, img in enumerate(images):
+        assert torch.equal(out[i], TF.center_crop(img, list(size))), shapes[i]
+
+
 def test_random_resized_crop_per_sample(photos, kernel_path):
     out, params = run([ga.RandomResizedCrop((224, 192))], photos, seed=3)
     p = params[0]
