@@ -292,9 +292,8 @@ class Resize(GeometricOp):
     @staticmethod
     def _resized(hw: np.ndarray, size, max_size: int | None) -> np.ndarray:
         """torchvision's ``_compute_resized_output_size`` of each ``(n, 2)`` int64 ``[height, width]``
-        row -> ``(n, 2)`` int64 (float64 division and truncation, as its Python ints and floats)."""
-        if isinstance(size, tuple):
-            return np.tile(np.array(size, np.int64), (len(hw), 1))
+        row -> ``(n, 2)`` int64 (float64 division and truncation, as its Python ints and floats),
+        for ``size`` an int (the shorter side) or None (``max_size`` is the longer side)."""
         short, long = hw.min(1), hw.max(1)
         if size is None:
             new_short, new_long = (max_size * short / long).astype(np.int64), np.full_like(long, max_size)
