@@ -111,17 +111,26 @@ def test_torch_compile_traces_the_size_rules_of_a_one_size_batch_without_graph_b
     """Resize's output size, CenterCrop's start and RandomCrop's bounds are host-side rules of the
     input size; for a batch of one size the traced call reads them as constants. Resize's scale
     bound once went through numpy arrays, which dynamo cannot trace: 8 graphs for Resize +
-    CenterCrop. Now one graph, plus one for the code after the draws' break (``_draw``)."""
+    CenterCrop. Now one graph, plus one for the code after the draws' break (``_draw``), whether
+    the pipeline ran eagerly first (replayed params) or was compiled before any call (its rows
+    kept by no earlier call: CenterCrop's start was first computed in the traced plan, 7 graphs)."""
     from torch._dynamo.testing import CompileCounter
 
+    from gpuaug.transforms import _base
     monkeypatch.setattr(ga.cpu, "OWN_PATH", False)
-    torch._dynamo.reset()
     batch = torch.stack([torch.nn.functional.interpolate(p[None].float(), size=(120, 160))[0] for p in photos])
     batch = batch.to(torch.uint8)
-    pipe = ga.Pipeline(*ops(), device="cpu", seed=0)
-    expected, params = pipe(batch, return_params=True)
-    counter = CompileCounter()
-    compiled = torch.compile(pipe, backend=counter)
-    for _ in range(2):
-        assert (compiled(batch, params=params) - expected).abs().max() < 1e-4
-    assert counter.frame_count <= 2
+    for first in ("compiled", "eager"):
+        torch._dynamo.reset()
+        monkeypatch.setattr(_base, "_ONE_ROWS", {})  # no row kept from an earlier call
+        pipe, counter = ga.Pipeline(*ops(), device="cpu", seed=0), CompileCounter()
+        compiled = torch.compile(pipe, backend=counter)
+        if first == "compiled":
+            outputs = [compiled(batch) for _ in range(2)]
+            expected = ga.Pipeline(*ops(), device="cpu", seed=0)
+            assert all((out - expected(batch)).abs().max() < 1e-4 for out in outputs)
+        else:
+            expected, params = pipe(batch, return_params=True)
+            for _ in range(2):
+                assert (compiled(batch, params=params) - expected).abs().max() < 1e-4
+        assert counter.frame_count <= 2, first

@@ -341,6 +341,9 @@ class CenterCrop(GeometricOp):
         return f"size={self.size}"
 
     def output_sizes(self, sizes: Sizes) -> Sizes:
+        # The starts are computed here too: the draws ask for the output sizes eagerly, so under
+        # torch.compile the traced plan finds them kept (a rule's first run breaks the graph).
+        sizes.rows(self._starts, self.size)
         return Sizes(uniform=self.size)
 
     @staticmethod
