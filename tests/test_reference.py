@@ -158,6 +158,21 @@ def test_center_crop_of_a_batch_of_many_sizes_cuts_where_torchvision_does(size, 
         assert torch.equal(out[i], TF.center_crop(img, list(size))), shapes[i]
 
 
+def test_kept_size_rules_of_one_size_batches_follow_each_size_and_setting():
+    """A batch of one size reads Resize's output size and CenterCrop's start from rows kept for
+    the process per (rule, settings, size): ops whose settings change between calls, given
+    batches of other sizes, still cut and scale where torchvision does."""
+    resize, crop = ga.Resize(20), ga.CenterCrop((9, 12))
+    pipe = ga.Pipeline(resize, crop, device="cpu")
+    for size, max_size, cut, (h, w) in [(20, None, (9, 12), (30, 41)), (20, None, (9, 12), (41, 30)),
+                                        (23, None, (9, 12), (30, 41)), (23, 25, (9, 12), (30, 41)),
+                                        (23, 25, (10, 11), (30, 41)), (20, None, (9, 12), (30, 41))]:
+        resize.size, resize.max_size, crop.size = size, max_size, cut
+        img = (torch.arange(3 * h * w, dtype=torch.float32).view(3, h, w) % 251) / 250
+        ref = TF.center_crop(TF.resize(img, [size], max_size=max_size, antialias=True), list(cut))
+        assert (pipe(img[None])[0] - ref).abs().max() < 1e-4, (size, max_size, cut, (h, w))
+
+
 def test_random_resized_crop_per_sample(photos, kernel_path):
     out, params = run([ga.RandomResizedCrop((224, 192))], photos, seed=3)
     p = params[0]
