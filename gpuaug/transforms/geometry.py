@@ -436,10 +436,10 @@ class RandomCrop(GeometricOp):
         small = (ph < ch) | (pw < cw)
         # reflect copies each border pixel once less than symmetric: its pads must be shorter
         shorter = {"reflect": 1, "symmetric": 0}.get(padding_mode)
-        long = small if shorter is None else \
+        long = shorter is not None and \
             (np.maximum(top, ph - h - top) > h - shorter) | (np.maximum(left, pw - w - left) > w - shorter)
-        if small.any() or long.any():
-            i = np.argmax(small | long)
+        if (bad := small | long).any():
+            i = np.argmax(bad)
             if small[i]:
                 raise ValueError(f"Required crop size {(ch, cw)} is larger than {'padded ' if any(padding) else ''}"
                                  f"input image size {(int(ph[i]), int(pw[i]))}.")
