@@ -552,12 +552,14 @@ class Packed(NamedTuple):
     images: list[Tensor] | PackedImages  # the images on the device (a fallback to torch kernels pads them)
 
 
-def pack_images(images: list[Tensor] | PackedImages, device: torch.device) -> Packed:
+def pack_images(images: list[Tensor] | PackedImages, device: torch.device, hw: np.ndarray | None = None) -> Packed:
     """Pack images of different sizes on ``device`` for :func:`resample_axes`, with one
     non-blocking copy of the offsets table, instead of a padded batch (a zero fill and a copy per
     image). A :class:`PackedImages` is copied as one buffer; a list is concatenated (one kernel),
     after copying each image to the device where it is elsewhere; channels-last images are read in
-    their own memory order, other strided ones made contiguous first."""
+    their own memory order, other strided ones made contiguous first. ``hw``: the list's
+    ``(n, 2)`` int64 ``[height, width]`` rows where the caller has them (one channel count
+    assumed), so that the images' shapes are not read again (~0.1 ms for 256 on the CPU)."""
     if isinstance(images, PackedImages):
         images = images.to(device, non_blocking=True)
         flat, shapes = images.flat, images.shapes
@@ -568,10 +570,15 @@ def pack_images(images: list[Tensor] | PackedImages, device: torch.device) -> Pa
         # The common case (decoded by torchvision, handed over by the loader): the offsets by numpy
         # and the copy by one C++ call (a Python view per image cost ~2x more, 256 images, CPU).
         flat = torch._utils._flatten_dense_tensors(images)
-        c, h, w = int_table([t.shape for t in images], 3).T
+        c = images[0].shape[0]
+        if hw is None:
+            hw = int_table([t.shape for t in images], 3)[:, 1:]
+        elif hw.shape != (len(images), 2):
+            raise ValueError(f"hw should be ({len(images)}, 2) rows, one per image, got shape {hw.shape}")
+        h, w = hw.T
         size = c * h * w
         rows = np.stack([np.cumsum(size) - size, h * w, w, np.ones_like(w), h, w], 1)
-        shape = (len(images), int(c[0]), int(h.max()), int(w.max()))
+        shape = (len(images), c, int(h.max()), int(w.max()))
     else:
         images = [t.to(device, non_blocking=True) for t in images]
         shapes = [tuple(t.shape) for t in images]

@@ -341,7 +341,7 @@ class Pipeline(nn.Module):
         out = None
         for part in parts:
             if packs:  # one part: the whole batch
-                chunk = plan["kernels"].pack_images(items, self.device)
+                chunk = plan["kernels"].pack_images(items, self.device, sizes.array())
             elif not (isinstance(chunk := _take(items, part), list) and own and cpu.reads_in_place(chunk, plan)):
                 chunk = self._stack(chunk, sizes[part])
             if own:

@@ -5,6 +5,7 @@ fallback when a launch fails, and compilation for the GPUs we target. Their resu
 torchvision are checked in test_reference.py (the ``cuda kernels`` runs); on a real GPU,
 tests/test_cuda.py runs them compiled."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -287,11 +288,16 @@ def test_resampling_reads_a_packed_ragged_list_as_its_padded_batch(kernel, nan_e
     for axes, taps in ((crops, (6, 6)), (whole, (8, 8))):
         expected = kernel.resample_axes(padded, axes, (20, 20), taps, torch.float32, 1 / 255)
         assert (expected - _reference(padded.float() / 255, axes, (20, 20), taps)).abs().max() < 1e-5
-        # A list as given, and the one buffer gpuaug.data.collate makes (ga.PackedImages).
-        for given in (images, ga.PackedImages.pack(images)):
-            packed = kernel.pack_images(given, torch.device("cpu"))
+        # A list as given, the same made contiguous (one concatenation, with and without the sizes
+        # the pipeline passes), and the one buffer gpuaug.data.collate makes (ga.PackedImages).
+        contiguous = [t.contiguous() for t in images]
+        hw = np.array([t.shape[1:] for t in images], dtype=np.int64)
+        for given, sizes in ((images, None), (contiguous, None), (contiguous, hw), (ga.PackedImages.pack(images), None)):
+            packed = kernel.pack_images(given, torch.device("cpu"), sizes)
             assert packed.shape == (4, 3, 61, 61) and packed.flat.numel() == sum(t.numel() for t in images)
             assert torch.equal(kernel.resample_axes(packed, axes, (20, 20), taps, torch.float32, 1 / 255), expected)
+    with pytest.raises(ValueError, match=r"hw should be \(4, 2\) rows, one per image, got shape \(3, 2\)"):
+        kernel.pack_images(contiguous, torch.device("cpu"), hw[:3])
 
 
 def _matrices(n: int, h: int, w: int) -> torch.Tensor:
