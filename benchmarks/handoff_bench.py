@@ -19,13 +19,12 @@ import time
 
 import torch
 from torch.utils.data import DataLoader, Dataset
-from torchvision.io import encode_jpeg
 from torchvision.transforms.v2.functional import center_crop, resize
 
 import gpuaug as ga
 from gpuaug.bench_loader import SIZES
 from gpuaug.data import Encoded, collate
-from gpuaug.data.decode import quiet_torchvision_io
+from gpuaug.data.codecs import encode_jpeg
 
 
 class Photos(Dataset):
@@ -42,8 +41,7 @@ class Photos(Dataset):
             img = resize(img, [round(img.shape[1] * s) + 1, round(img.shape[2] * s) + 1], antialias=True)
             img = center_crop(img, [h, w]).contiguous()
             if jpeg:
-                with quiet_torchvision_io():
-                    img = encode_jpeg(img, quality=90)
+                img = encode_jpeg(img, quality=90)
             self.items.append(img)
         self.jpeg = jpeg
 

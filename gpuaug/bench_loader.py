@@ -34,10 +34,9 @@ SIZES = [(375, 500), (500, 375), (333, 500), (480, 640), (400, 400), (427, 640),
 
 def make_jpeg_folder(root, n: int = 192, seed: int = 0) -> Path:
     """Write ``n`` JPEGs of the sample photos at mixed sizes to ``root/class{0,1}/``."""
-    from torchvision.io import encode_jpeg
     from torchvision.transforms.v2.functional import center_crop, resize
 
-    from .data.decode import quiet_torchvision_io
+    from .data.codecs import encode_jpeg
 
     rng = random.Random(seed)
     root = Path(root)
@@ -49,8 +48,7 @@ def make_jpeg_folder(root, n: int = 192, seed: int = 0) -> Path:
         img = center_crop(resize(img, [round(img.shape[1] * s) + 1, round(img.shape[2] * s) + 1], antialias=True), [h, w])
         path = root / f"class{i % 2}" / f"img{i:05d}.jpg"
         path.parent.mkdir(parents=True, exist_ok=True)
-        with quiet_torchvision_io():
-            path.write_bytes(encode_jpeg(img.contiguous(), quality=90).numpy().tobytes())
+        path.write_bytes(encode_jpeg(img, quality=90).numpy().tobytes())
     return root
 
 

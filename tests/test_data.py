@@ -521,6 +521,85 @@ def test_32_bit_images_are_a_decode_error_saying_why(tmp_path):
     assert isinstance(item, BadFile) and "32-bit float" in item.cause
 
 
+def _codecs(name: str):
+    """The data path's decoders from one library (gpuaug.data.codecs), or a skip where it is not here."""
+    from gpuaug.data import codecs
+    found = {"torchvision.io": codecs.torchvision_codecs, "torchcodec": codecs.torchcodec_codecs,
+             "PIL": lambda: codecs.PIL_ONLY}[name]()
+    if found is None:
+        pytest.skip(f"{name}'s image decoders are not installed here (or do not load)")
+    return found
+
+
+@pytest.mark.parametrize("library", ["torchvision.io", "torchcodec", "PIL"])
+def test_every_codecs_library_decodes_torchvisions_pixels(tmp_path, photos, library, monkeypatch):
+    """torchvision 0.29 deprecates its image codecs: the data path decodes JPEG and WEBP with
+    torchvision.io's, else TorchCodec's, else PIL's (gpuaug.data.codecs). Each gives what
+    torchvision.io's decode_image gives on every kind of JPEG and WEBP, EXIF orientation applied,
+    and names a damaged file."""
+    from torchvision.io import ImageReadMode, decode_image
+
+    from gpuaug.data import codecs
+    from gpuaug.data.decode import decode_rgb
+    monkeypatch.setattr(codecs, "CODECS", _codecs(library))
+    photo = photos[2][:, :150, :200]
+    files = {f"photo{i}": _encoded(p, "JPEG", quality=90) for i, p in enumerate(photos)}
+    files.update(progressive=_encoded(photo, "JPEG", quality=90, progressive=True),
+                 s444=_encoded(photo, "JPEG", quality=95, subsampling=0),
+                 s422=_encoded(photo, "JPEG", quality=75, subsampling=1), gray=_encoded_gray(photo),
+                 webp=_encoded(photo, "WEBP", quality=80), webp_lossless=_encoded(photo, "WEBP", lossless=True))
+    cmyk = io.BytesIO()
+    Image.fromarray(_rgb(photo)).convert("CMYK").save(cmyk, "JPEG", quality=90)
+    files["cmyk"] = cmyk.getvalue()
+    for orientation in range(2, 9):
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        files[f"exif{orientation}"] = _encoded(photo, "JPEG", quality=90, exif=exif)
+    for name, data in files.items():
+        encoded = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            expected = decode_image(encoded, mode=ImageReadMode.RGB, apply_exif_orientation=True)
+        img = decode_rgb(name, encoded)
+        assert img.dtype == torch.uint8 and torch.equal(img, expected), (library, name)
+    for name, data in (("cut.jpg", files["photo0"][: len(files["photo0"]) // 3]), ("cut.webp", files["webp"][:300])):
+        (tmp_path / name).write_bytes(data)
+        item, _ = ImageFiles([tmp_path / name])[0]
+        assert isinstance(item, BadFile) and item.path == str(tmp_path / name) and item.cause.startswith("cannot decode")
+
+
+def test_gpuaug_imports_and_decodes_without_any_codecs_library(tmp_path):
+    """A torchvision without its image codecs (deprecated in 0.29, "to be removed in a future
+    release") and no TorchCodec: gpuaug still imports, PIL decodes every file to the pixels
+    torchvision.io gives (the sample photos, a JPEG folder written by PIL's encoder), and
+    decode="gpu" datasets decode in the worker, as there is no device decoder to hand bytes to."""
+    import subprocess
+    import sys
+
+    expected = ga.sample_images()
+    torch.save(expected, tmp_path / "expected.pt")
+    script = f"""
+import sys
+import torch, torchvision.io as tio, torchvision.transforms.v2  # (v2's JPEG augment imports the codecs)
+for name in ("decode_image", "decode_jpeg", "encode_jpeg"):
+    delattr(tio, name)  # as a torchvision without its codecs
+sys.modules["torchcodec"] = None  # and no TorchCodec: its import fails
+import gpuaug as ga
+from gpuaug.bench_loader import make_jpeg_folder
+from gpuaug.data import ImageFolder, codecs
+assert codecs.CODECS.name == "PIL", codecs.CODECS
+expected = torch.load({str(tmp_path / "expected.pt")!r})
+assert all(torch.equal(a, b) for a, b in zip(ga.sample_images(), expected))
+root = make_jpeg_folder({str(tmp_path / "jpegs")!r}, n=4)
+for decode in ("cpu", "gpu"):
+    items = [ImageFolder(root, decode=decode)[i][0] for i in range(4)]
+    assert all(isinstance(t, torch.Tensor) and t.dtype == torch.uint8 and t.shape[0] == 3 for t in items), items
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
+
+
 def test_exif_rotated_photo_arrives_upright(folder, photos):
     img, _ = ImageFiles([folder / "space" / "exif_rotated.jpg"])[0]
     stored_h, stored_w = photos[3].shape[-2:]
@@ -888,6 +967,7 @@ def test_one_damaged_jpeg_does_not_send_its_whole_batch_to_the_cpu(tmp_path, pho
     from types import SimpleNamespace
 
     import gpuaug.data.loader as loader_module
+    from gpuaug.data import codecs
     from gpuaug.data.decode import decode_rgb
 
     good = [_encoded(p[:, :64, :80], "JPEG", quality=90) for p in photos]
@@ -898,13 +978,13 @@ def test_one_damaged_jpeg_does_not_send_its_whole_batch_to_the_cpu(tmp_path, pho
         (tmp_path / f"{i}.jpg").write_bytes(data)
     device_calls = []
 
-    def stand_in(data, mode, device, apply_exif_orientation):
+    def stand_in(data, device):
         device_calls.append(len(data) if isinstance(data, list) else 1)
         if isinstance(data, list) or bytes(data.numpy()) == truncated:
             raise RuntimeError("nvjpeg: the stand-in refuses a batch with a damaged file, and that file")
         return decode_rgb("device", data)
 
-    monkeypatch.setattr(loader_module, "decode_jpeg", stand_in)
+    monkeypatch.setattr(codecs, "CODECS", codecs.CODECS._replace(decode_jpeg=stand_in))
     loader = ga.DeviceLoader([], device="cpu", on_error="skip")
     loader.device = SimpleNamespace(type="cuda")
     monkeypatch.setattr(loader, "_copy", lambda t: t)

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import Dataset
 
+from . import codecs
 from .decode import DecodeError, check_size, decode_rgb, device_decodable, read_bytes
 
 # torchvision's ImageFolder list, so both take the same files; GIF, AVIF and others decode too when
@@ -50,7 +51,8 @@ class ImageFiles(Dataset):
         paths: image files.
         labels: one label per path (an int, or anything ``default_collate`` takes), or None (-1).
         decode: ``"cpu"`` decodes in the worker; ``"gpu"`` returns JPEG bytes for the loader to decode
-            on the device (other formats are still decoded in the worker).
+            on the device (other formats are still decoded in the worker, and so is every file
+            where no library with a device decoder is found: :mod:`gpuaug.data.codecs`).
         on_error: ``"raise"`` or ``"skip"``, applied by :class:`gpuaug.DeviceLoader`.
 
     Items: ``(image, label)``, image a uint8 ``(3, H, W)`` tensor, an :class:`Encoded` or a :class:`BadFile`.
@@ -77,7 +79,8 @@ class ImageFiles(Dataset):
         path = self.paths[index]
         try:
             data = read_bytes(path)
-            if self.decode == "gpu" and device_decodable(data):
+            # Without a device decoder (no codecs library: gpuaug.data.codecs) the worker decodes.
+            if self.decode == "gpu" and codecs.CODECS.decode_jpeg is not None and device_decodable(data):
                 check_size(path, data)
                 item = Encoded(path, data)
             else:

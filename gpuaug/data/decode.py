@@ -1,6 +1,7 @@
 """Reading and decoding one image file to uint8 ``(3, H, W)``, with errors that name the file.
 
-JPEG and still WEBP are decoded by ``torchvision.io``; PNG, GIF, animated WEBP, WEBP with EXIF
+JPEG and still WEBP are decoded by ``torchvision.io`` (or where it no longer has its codecs,
+TorchCodec's, else PIL's: :mod:`gpuaug.data.codecs`); PNG, GIF, animated WEBP, WEBP with EXIF
 metadata (torchvision.io ignores its orientation) and every other format PIL reads (BMP, PPM/PGM,
 TIFF, AVIF, ...: what torchvision's own PIL-based ImageFolder opens) by PIL, which ships with
 torchvision. On valid files the pixels are the same either way (tested on every PNG color type and
@@ -27,7 +28,8 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
-from torchvision.io import ImageReadMode, decode_image
+
+from . import codecs
 
 # Larger images are refused before decoding (PIL's decompression-bomb limit is 89.5 Mpx; twice it).
 MAX_PIXELS = 178_956_970
@@ -44,17 +46,6 @@ MAX_JPEG_SCANS = 256
 MAX_JPEG_MARKERS = 10_000
 _SOF_MARKERS = frozenset((0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF))
 _FILL = re.compile(rb"\xff+")
-
-
-@contextmanager
-def quiet_torchvision_io():
-    """torchvision 0.29 deprecates its image codecs (for TorchCodec) with a warning on every call;
-    the codecs still work, and a worker decoding thousands of files should not print thousands of
-    warnings."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision",
-                                category=DeprecationWarning)
-        yield
 
 
 class DecodeError(ValueError):
@@ -104,9 +95,9 @@ def _is_webp(data: bytes) -> bool:
     return data[:4] == b"RIFF" and data[8:12] == b"WEBP"
 
 
-def decoded_by_torchvision(data: bytes) -> bool:
-    """Whether this file is decoded by ``torchvision.io`` (JPEG, a still WEBP without EXIF), by its
-    first 21 bytes; the rest go to PIL (see the module's docstring)."""
+def decoded_by_codecs(data: bytes) -> bool:
+    """Whether this file is decoded by the codecs library (``torchvision.io``, or TorchCodec: JPEG,
+    a still WEBP without EXIF), by its first 21 bytes; the rest go to PIL (see the module's docstring)."""
     return data[:3] == _JPEG or (_is_webp(data) and not _webp_for_pil(data))
 
 
@@ -235,7 +226,7 @@ def check_size(path: str, data: torch.Tensor, max_pixels: int = MAX_PIXELS) -> N
     try:
         header = data[:65536].numpy().tobytes()
         size = image_size(header)
-        if size is None and data.numel() > len(header) and decoded_by_torchvision(header[:21]):
+        if size is None and data.numel() > len(header) and decoded_by_codecs(header[:21]):
             # The header lies further in (after a JPEG's ICC profile or EXIF thumbnail), and
             # torchvision's decoders have no limit of their own (PIL's have: see _decode_with_pil).
             header = data.numpy().tobytes()
@@ -268,17 +259,18 @@ def decode_rgb(path: str, data: torch.Tensor) -> torch.Tensor:
     animated GIF or WEBP gives its first frame (as PIL, and so torchvision's ImageFolder, does;
     only that frame is decoded)."""
     check_size(path, data)
-    if not decoded_by_torchvision(data[:21].numpy().tobytes()):
+    decode = codecs.CODECS.decode
+    if decode is None or not decoded_by_codecs(data[:21].numpy().tobytes()):
         return _decode_with_pil(path, data)
     try:
-        with quiet_torchvision_io():
-            return decode_image(data, mode=ImageReadMode.RGB, apply_exif_orientation=True)
+        return decode(data)
     except (RuntimeError, ValueError) as e:
         raise DecodeError(str(path), f"cannot decode ({_codec_message(e)})") from None
 
 
 # torchvision's codecs raise "decode_jpeg, /__w/vision/.../decode_jpeg.cpp:171, Image is
-# incomplete or truncated": the function and its build machine's source line, then the cause.
+# incomplete or truncated": the function and its build machine's source line, then the cause
+# (TorchCodec's too: "decode_rows, /__w/torchcodec/.../DecodeJpeg.cpp:287, Image is ...").
 _CODEC_SOURCE = re.compile(r"^(\w+), \S+\.(?:cpp|cc|c|h):\d+, ")
 
 

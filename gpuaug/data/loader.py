@@ -8,14 +8,14 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import torch
-from torchvision.io import ImageReadMode, decode_jpeg
 
 from ..device import select_device
 from ..packed import PackedImages
 from ..transforms._base import move
 from .collate import Batch
 from .datasets import BadFile, Encoded
-from .decode import DecodeError, decode_rgb, quiet_torchvision_io
+from . import codecs
+from .decode import DecodeError, decode_rgb
 
 
 @dataclass
@@ -226,10 +226,13 @@ class DeviceLoader:
 
     def _decode_on_device(self, data):
         """JPEG bytes (one uint8 tensor, or a list of them) decoded on the device, or None where its
-        decoder refuses them (one damaged file fails a whole list)."""
+        decoder refuses them (one damaged file fails a whole list) or there is none (no codecs
+        library: :mod:`gpuaug.data.codecs`)."""
+        decode_jpeg = codecs.CODECS.decode_jpeg
+        if decode_jpeg is None:
+            return None
         try:
-            with quiet_torchvision_io():
-                return decode_jpeg(data, mode=ImageReadMode.RGB, device=self.device, apply_exif_orientation=True)
+            return decode_jpeg(data, self.device)
         except RuntimeError:
             return None
 
