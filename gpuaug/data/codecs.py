@@ -6,7 +6,8 @@ else TorchCodec's (``torchcodec.decoders``, 0.16 and later) where it is installe
 none, and PIL decodes every file on the CPU (``decode="gpu"`` then decodes in the worker). On JPEG
 and WEBP all three give the same pixels (libjpeg-turbo and libwebp in each; tested on the sample
 photos and on progressive, 4:4:4/4:2:2/4:2:0, gray, CMYK and EXIF-turned JPEGs), so only speed
-depends on which is found, and ``import gpuaug`` on none.
+depends on which is found, and ``import gpuaug`` on none. (TorchCodec's CUDA decoder, nvJPEG as
+torchvision's, is called the same way but has not yet run on a GPU here.)
 """
 
 from __future__ import annotations
