@@ -568,6 +568,28 @@ def test_every_codecs_library_decodes_torchvisions_pixels(tmp_path, photos, libr
         assert isinstance(item, BadFile) and item.path == str(tmp_path / name) and item.cause.startswith("cannot decode")
 
 
+def test_pils_load_truncated_images_flag_is_left_to_the_process(photos, monkeypatch):
+    """README: a process that sets PIL's ImageFile.LOAD_TRUNCATED_IMAGES has PIL decode a cut PNG
+    as far as it goes (as torchvision's PIL-based ImageFolder then does); a cut JPEG still fails
+    in torchvision.io's decoder. Without the flag both are bad files."""
+    from PIL import ImageFile
+
+    from gpuaug.data import codecs
+    from gpuaug.data.decode import DecodeError, decode_rgb
+    photo = photos[1][:, :120, :160]
+    png, jpeg = _encoded(photo, "PNG"), _encoded(photo, "JPEG", quality=90)
+    cut_png, cut_jpeg = (torch.frombuffer(bytearray(d[: len(d) // 2]), dtype=torch.uint8) for d in (png, jpeg))
+    monkeypatch.setattr(codecs, "CODECS", _codecs("torchvision.io"))
+    for cut in (cut_png, cut_jpeg):
+        with pytest.raises(DecodeError, match="cut: cannot decode"):
+            decode_rgb("cut", cut)
+    monkeypatch.setattr(ImageFile, "LOAD_TRUNCATED_IMAGES", True)
+    img = decode_rgb("cut", cut_png)
+    assert img.shape == photo.shape and torch.equal(img[:, :40], photo[:, :40])  # its first rows are there
+    with pytest.raises(DecodeError, match="cut: cannot decode"):
+        decode_rgb("cut", cut_jpeg)
+
+
 def test_gpuaug_imports_and_decodes_without_any_codecs_library(tmp_path):
     """A torchvision without its image codecs (deprecated in 0.29, "to be removed in a future
     release") and no TorchCodec: gpuaug still imports, PIL decodes every file to the pixels
