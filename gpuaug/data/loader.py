@@ -12,9 +12,9 @@ import torch
 from ..device import select_device
 from ..packed import PackedImages
 from ..transforms._base import move
+from . import codecs
 from .collate import Batch
 from .datasets import BadFile, Encoded
-from . import codecs
 from .decode import DecodeError, decode_rgb
 
 
