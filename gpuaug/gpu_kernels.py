@@ -32,6 +32,7 @@ compile them to cubins for sm_80 and sm_90.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from typing import NamedTuple
@@ -454,6 +455,15 @@ if triton is not None:
             tl.store(target, value.to(out.dtype.element_ty), mask=mask_p[:, None] & mask_q[None, :])
 
 
+def _on_device(device: torch.device):
+    """A context in which ``device`` is torch's current CUDA device (nothing elsewhere: the
+    interpreter's CPU tensors). Triton launches on the current device and its current stream,
+    not on its tensors': a pipeline on cuda:1 called where cuda:0 is current (``select_device``'s
+    ``LOCAL_RANK`` or pid rule picks a device without making it current) would run its kernels on
+    cuda:0's stream, reading cuda:1's memory unordered with the cuda:1 work that wrote it."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
 def _require_triton() -> None:
     if triton is None:
         raise RuntimeError("gpuaug.gpu_kernels needs triton (it ships with torch's Linux CUDA wheels)")
@@ -505,12 +515,13 @@ def color_program(x: Tensor, out: Tensor, ops: Tensor, factors: Tensor, mean: Te
     normalize = mean is not None
     mean = mean.to(x.device, torch.float32).contiguous() if normalize else factors
     inv_std = inv_std.to(x.device, torch.float32).contiguous() if normalize else factors
-    for rows, n in _parts(B):
-        for occurrence in range(min(contrast_steps, steps)):
-            _contrast_sum_kernel[(tiles, n)](rows(x), rows(ops), rows(factors), rows(partials), pixels, tiles,
-                                             occurrence, **shape)
-        _color_kernel[(tiles, n)](rows(x), rows(out), rows(ops), rows(factors), rows(partials), mean, inv_std, pixels,
-                                  tiles, NORMALIZE=normalize, **shape)
+    with _on_device(x.device):
+        for rows, n in _parts(B):
+            for occurrence in range(min(contrast_steps, steps)):
+                _contrast_sum_kernel[(tiles, n)](rows(x), rows(ops), rows(factors), rows(partials), pixels, tiles,
+                                                 occurrence, **shape)
+            _color_kernel[(tiles, n)](rows(x), rows(out), rows(ops), rows(factors), rows(partials), mean, inv_std,
+                                      pixels, tiles, NORMALIZE=normalize, **shape)
     return out
 
 
@@ -534,11 +545,12 @@ def warp_affine(x: Tensor, matrix: Tensor, fill: Tensor | None = None, blend: bo
     fill_arg = fill.to(x.device, torch.float32).contiguous() if fill is not None else matrix
     groups = WARP_GROUP_ROWS > 1
     tiles = triton.cdiv(H, GEOMETRY_BLOCK // 32) * triton.cdiv(W, 32) if groups else triton.cdiv(H * W, GEOMETRY_BLOCK)
-    for rows, n in _parts(B):
-        _warp_kernel[(tiles, n)](
-            rows(x), rows(out), rows(matrix), fill_arg, H, W, *x.stride(), CHANNELS=C, FILL=fill is not None,
-            BLEND=bool(blend), NEAREST=bool(nearest), BLOCK=GEOMETRY_BLOCK, GROUP_ROWS=WARP_GROUP_ROWS,
-            num_warps=WARP_WARPS)
+    with _on_device(x.device):
+        for rows, n in _parts(B):
+            _warp_kernel[(tiles, n)](
+                rows(x), rows(out), rows(matrix), fill_arg, H, W, *x.stride(), CHANNELS=C, FILL=fill is not None,
+                BLEND=bool(blend), NEAREST=bool(nearest), BLOCK=GEOMETRY_BLOCK, GROUP_ROWS=WARP_GROUP_ROWS,
+                num_warps=WARP_WARPS)
     return out
 
 
@@ -650,17 +662,20 @@ def resample_axes(x: Tensor | Packed, axes: Tensor, size: tuple[int, int], taps:
     out = torch.empty(B, C, h, w, device=src.device, dtype=dtype)
     strides = (0, 0, 0, 0) if ragged else x.stride()
     limits = (H, W)
-    for rows, n in _parts(B, C):  # a ragged part: the whole buffer, the part's rows of the table (absolute offsets)
-        for axis, source, target, table, scale_by, source_strides, is_first in (
-                (first, src if ragged else rows(src), rows(tmp), rows(x.table) if ragged else axes, 1.0, strides, True),
-                (1 - first, rows(tmp), rows(out), axes, float(scale), tmp.stride(), False)):
-            P, Q = target.shape[-2:]
-            tile_p, tile_q = resample_tiles(Q)[axis]
-            _resample_kernel[(triton.cdiv(P, tile_p) * triton.cdiv(Q, tile_q), n * C)](
-                source, target, rows(axes), table, P, Q, limits[axis], *source_strides, scale_by, CHANNELS=C,
-                TAPS=taps[axis], AXIS=axis, RAGGED=ragged and is_first, ANTIALIAS=antialias, PAD=pad,
-                PAD_OUTPUT=bool(pad_output), CUBIC=bool(cubic), FIRST=is_first, BLOCK_P=tile_p, BLOCK_Q=tile_q,
-                COLUMNS_ACROSS=axis == 1 and RESAMPLE_COLUMNS_ACROSS, num_warps=RESAMPLE_WARPS)
+    with _on_device(src.device):
+        # A ragged part: the whole buffer, the part's rows of the table (absolute offsets).
+        for rows, n in _parts(B, C):
+            for axis, source, target, table, scale_by, source_strides, is_first in (
+                    (first, src if ragged else rows(src), rows(tmp), rows(x.table) if ragged else axes, 1.0, strides,
+                     True),
+                    (1 - first, rows(tmp), rows(out), axes, float(scale), tmp.stride(), False)):
+                P, Q = target.shape[-2:]
+                tile_p, tile_q = resample_tiles(Q)[axis]
+                _resample_kernel[(triton.cdiv(P, tile_p) * triton.cdiv(Q, tile_q), n * C)](
+                    source, target, rows(axes), table, P, Q, limits[axis], *source_strides, scale_by, CHANNELS=C,
+                    TAPS=taps[axis], AXIS=axis, RAGGED=ragged and is_first, ANTIALIAS=antialias, PAD=pad,
+                    PAD_OUTPUT=bool(pad_output), CUBIC=bool(cubic), FIRST=is_first, BLOCK_P=tile_p, BLOCK_Q=tile_q,
+                    COLUMNS_ACROSS=axis == 1 and RESAMPLE_COLUMNS_ACROSS, num_warps=RESAMPLE_WARPS)
     return out
 
 

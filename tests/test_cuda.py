@@ -189,3 +189,20 @@ def test_a_batch_past_cudas_grid_limit_runs_the_triton_kernels(monkeypatch):
     plain = ga.Pipeline(*steps, device="cuda", seed=4)(images, params=params)
     err = (fused.float() - plain.float()).abs()
     assert (err > 4 / 255 / min(ga.IMAGENET_STD)).float().mean() < 1e-4, err.max()
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_a_pipeline_on_a_device_that_is_not_current_computes_there(photos):
+    """select_device's LOCAL_RANK and pid rules pick a GPU without making it current, and Triton
+    launches on the current one: the last device's pipeline, called with cuda:0 current (ragged
+    list and batch, both kernel paths' launches), gives what it gives with its own device current."""
+    last = torch.device("cuda", torch.cuda.device_count() - 1)
+    batch = torch.stack([p[:, :300, :400] for p in photos])
+    outs = []
+    for current in (0, last.index):
+        with torch.cuda.device(current):
+            pipeline = ga.Pipeline(*ops(), ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD), device=last, seed=5)
+            outs.append([pipeline(photos), pipeline(batch)])
+        torch.cuda.synchronize(last)
+    for got, want in zip(outs[0], outs[1]):
+        assert got.device == last and torch.equal(got, want)

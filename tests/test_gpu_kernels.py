@@ -495,3 +495,60 @@ def test_guarded_lets_bad_arguments_and_out_of_memory_through(kernel):
             kernel.guarded(fails(error))
     assert not kernel._state.get("broken")
     assert kernel.guarded(lambda: 7) == 7
+
+
+def test_each_launch_is_made_on_its_tensors_device(monkeypatch):
+    """Triton launches on torch's current CUDA device and its stream, not on its tensors' device:
+    a pipeline on cuda:1 called where cuda:0 is current (select_device's LOCAL_RANK or pid rule
+    makes nothing current) would run on cuda:0's stream, unordered with the cuda:1 work that
+    wrote its input. Fake cuda:1 tensors (no GPU here); the kernels replaced by recorders of the
+    device current at each launch (a real two-GPU run: tests/test_cuda.py)."""
+    fake_tensor = pytest.importorskip("torch._subclasses.fake_tensor")
+    pytest.importorskip("triton")
+    from gpuaug import gpu_kernels
+
+    current, launches = [0], []
+
+    class device:  # torch.cuda.device as the kernels' module calls it, on a machine with 2 GPUs
+        def __init__(self, d):
+            self.index = torch.device(d).index
+
+        def __enter__(self):
+            self.before, current[0] = current[0], self.index
+
+        def __exit__(self, *exc):
+            current[0] = self.before
+
+    class Recorder:
+        def __init__(self, name):
+            self.name = name
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                devices = {a.device for a in args if isinstance(a, torch.Tensor)}
+                launches.append((self.name, current[0], devices))
+            return launch
+
+    monkeypatch.setattr(torch.cuda, "device", device)
+    for name in ("_resample_kernel", "_warp_kernel", "_color_kernel", "_contrast_sum_kernel"):
+        monkeypatch.setattr(gpu_kernels, name, Recorder(name))
+    cuda1 = torch.device("cuda", 1)
+    try:
+        mode = fake_tensor.FakeTensorMode(allow_non_fake_inputs=True)
+        with mode:
+            x = torch.empty(2, 3, 40, 50, dtype=torch.uint8, device=cuda1)
+    except Exception as error:  # an older torch asks the driver for fake CUDA tensors
+        pytest.skip(f"this torch build cannot make fake CUDA tensors: {error}")
+    with mode:
+        axes = torch.empty(2, 2, 8, device=cuda1)
+        y = gpu_kernels.resample_axes(x, axes, (16, 16), (4, 4), torch.float16)
+        ragged = gpu_kernels.pack_images([x[0], x[1, :, :30]], cuda1)
+        gpu_kernels.resample_axes(ragged, axes, (16, 16), (4, 4), torch.float16)
+        y = gpu_kernels.warp_affine(y, torch.empty(2, 3, 3, device=cuda1))
+        ops = torch.full((2, 2), native.OP_CONTRAST, dtype=torch.int32, device=cuda1)
+        gpu_kernels.color_program(y, torch.empty_like(y), ops, torch.empty(2, 2, device=cuda1))
+    assert current == [0]
+    names = [name for name, _, _ in launches]
+    assert names.count("_resample_kernel") == 4 and "_warp_kernel" in names and "_contrast_sum_kernel" in names
+    for name, on, devices in launches:
+        assert devices == {cuda1} and on == 1, f"{name} launched with cuda:{on} current, its tensors on {devices}"
