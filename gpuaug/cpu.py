@@ -91,7 +91,7 @@ def chunks(color: list[tuple], n: int, frames: int, grouped: bool = True,
     fit = min(CHUNK_SOURCE_PIXELS // max(pixels[0], 1), CHUNK_OUTPUT_PIXELS // max(pixels[1], 1))
     step = max(CHUNK, frames, fit)
     keys = [k for op, params in color if grouped and (k := op.group_key(params)) is not None]
-    group = torch.unique(torch.stack(keys, 1), dim=0, return_inverse=True)[1] if keys else torch.zeros(n)
+    group = torch.unique(torch.stack(keys, 1), dim=0, return_inverse=True)[1] if keys else torch.zeros(n, device="cpu")
     counts = torch.bincount(group.long()).tolist()
     if len(counts) == 1:  # one group: the batch's own order
         return [slice(start, start + step) for start in range(0, n, step)]
@@ -132,8 +132,8 @@ def crop_to_taps(x: Tensor | list[Tensor], rows: tuple[Tensor, Tensor], cols: tu
     unpadded; where the part is larger than an image, the rest is zero, as padding would be).
     Reads the taps' values, which syncs with nothing on the CPU."""
     (ri, rw), (ci, cw) = rows, cols
-    heights = torch.tensor([t.shape[-2] for t in x] if isinstance(x, list) else [x.shape[-2]] * len(x))
-    widths = torch.tensor([t.shape[-1] for t in x] if isinstance(x, list) else [x.shape[-1]] * len(x))
+    heights = torch.tensor([t.shape[-2] for t in x] if isinstance(x, list) else [x.shape[-2]] * len(x), device="cpu")
+    widths = torch.tensor([t.shape[-1] for t in x] if isinstance(x, list) else [x.shape[-1]] * len(x), device="cpu")
     # Taps past an image's own edge have zero weight: pointing them at its last pixel keeps every
     # tap inside the part copied.
     ri, ci = torch.minimum(ri, (heights - 1).view(-1, 1, 1)), torch.minimum(ci, (widths - 1).view(-1, 1, 1))
@@ -143,7 +143,7 @@ def crop_to_taps(x: Tensor | list[Tensor], rows: tuple[Tensor, Tensor], cols: tu
     r0, c0 = torch.minimum(r0, (heights - h).clamp(min=0)), torch.minimum(c0, (widths - w).clamp(min=0))
     if isinstance(x, Tensor) and (h, w) == tuple(x.shape[-2:]):  # every part is the whole image: one copy
         return x.to(dtype), (ri, rw), (ci, cw)
-    out = torch.empty(len(x), x[0].shape[0], h, w, dtype=dtype)
+    out = torch.empty(len(x), x[0].shape[0], h, w, dtype=dtype, device="cpu")
     for b, (top, left) in enumerate(zip(r0.tolist(), c0.tolist())):
         part = x[b][:, top:top + h, left:left + w]
         ph, pw = part.shape[-2:]

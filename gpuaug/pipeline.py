@@ -109,7 +109,7 @@ class Pipeline(nn.Module):
         if not isinstance(cuda_graph, bool):
             raise TypeError(f"cuda_graph must be True or False, got {cuda_graph!r}")
         self._graphs = GraphedCalls() if cuda_graph else None
-        self.seed = int(torch.randint(0, 2**62, (1,)).item()) if seed is None else checked_seed(seed)
+        self.seed = int(torch.randint(0, 2**62, (1,), device="cpu").item()) if seed is None else checked_seed(seed)
         self._generator: torch.Generator | None = None
         self._owner: tuple | None = None  # (process, worker seed) the generator was seeded for
         self.register_buffer("_anchor", torch.empty(0, device=select_device(device)), persistent=False)
@@ -353,7 +353,7 @@ class Pipeline(nn.Module):
             if fused is not None:
                 if out is None:
                     out = x.new_empty((len(items), *x.shape[1:]))
-                index = torch.arange(*part.indices(len(items))) if isinstance(part, slice) else part
+                index = torch.arange(*part.indices(len(items)), device="cpu") if isinstance(part, slice) else part
                 native.color_program(x, out, index, *fused)
                 continue
             if plan["kernels"] is not None and program is not None:
@@ -591,7 +591,7 @@ class Pipeline(nn.Module):
         (``plan["exact"]``, the CPU's uint8 path) and the others pad or cut fractional parts: the
         first by torchvision's uint8 kernel, the others in float, so that each sample gets what
         it gets alone, whatever the rest of its batch is."""
-        index = torch.arange(len(plan["exact"]))[part]  # the part's positions in the batch
+        index = torch.arange(len(plan["exact"]), device="cpu")[part]  # the part's positions in the batch
         exact = plan["exact"][index]
         out = None
         for keep, sub_plan in ((exact, {**plan, "exact": None, "pad_fill": None}),  # plain crops read no padding

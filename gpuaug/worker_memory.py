@@ -86,13 +86,13 @@ def output(like: Tensor, numel: int) -> Tensor | None:
     storage = _take_slot(nbytes) if _reusing else None
     if storage is None:
         storage = torch.UntypedStorage._new_shared(nbytes)
-    return torch.empty(0, dtype=like.dtype).set_(storage, 0, (numel,))
+    return torch.empty(0, dtype=like.dtype, device="cpu").set_(storage, 0, (numel,))
 
 
 def _take_slot(nbytes: int) -> torch.UntypedStorage | None:
     global _slots, _flags, _pid
     if _flags is None or _pid != os.getpid():
-        _slots, _flags, _pid = [], torch.zeros(MAX_SLOTS, dtype=torch.int32).share_memory_(), os.getpid()
+        _slots, _flags, _pid = [], torch.zeros(MAX_SLOTS, dtype=torch.int32, device="cpu").share_memory_(), os.getpid()
     flags = _flags.tolist()[:len(_slots)]
     for i, flag in enumerate(flags):
         if flag == GIVEN_AWAY:  # another process may read it: forget it, never write it again

@@ -915,6 +915,42 @@ def test_collate_in_a_worker_writes_into_shared_memory(photos, monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(ragged, photos[:2])) and torch.equal(same[1], photos[0])
 
 
+@pytest.mark.parametrize("decode", ["cpu", "gpu"])
+@pytest.mark.parametrize("in_worker", [False, True])
+def test_a_default_device_set_elsewhere_leaves_the_data_path_on_the_cpu(folder, tmp_path, decode, in_worker,
+                                                                        monkeypatch):
+    """Under ``torch.set_default_device`` every tensor made without a device goes there: a file's
+    bytes, the labels of a batch, a worker's shared-memory bookkeeping would have gone to CUDA (in a
+    worker, which must not touch CUDA). With the default on "meta" (no data: any such tensor
+    fails), decoding, collating (as in a worker too) and DeviceLoader give what they give without."""
+    (tmp_path / "bad.jpg").write_bytes(b"not a jpeg")
+    paths = [folder / "cat" / "rgb.jpg", folder / "space" / "cmyk.jpg", folder / "cat" / "palette.png", tmp_path / "bad.jpg"]
+    if in_worker:  # collate writes into shared memory there (gpuaug.worker_memory)
+        monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: object())
+
+    # JPEG bytes that pass the worker's checks and fail to decode in the loader, which then drops
+    # their label from the batch's.
+    broken = Encoded(str(tmp_path / "broken.jpg"), torch.tensor(list(b"\xff\xd8 not entropy data \xff\xd9"),
+                                                                dtype=torch.uint8))
+
+    def load():
+        ds = ImageFiles(paths, labels=[3, 1, 4, 1], decode=decode, on_error="skip")
+        batch = collate([ds[i] for i in range(len(ds))] + ([(broken, 5)] if decode == "gpu" else []))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # the bad file, skipped
+            (images, labels), = list(ga.DeviceLoader([batch], device="cpu", on_error="skip"))
+        return list(images), labels
+
+    want_images, want_labels = load()
+    torch.set_default_device("meta")
+    try:
+        images, labels = load()
+    finally:
+        torch.set_default_device(None)
+    assert labels.device.type == "cpu" and labels.tolist() == want_labels.tolist() == [3, 1, 4]
+    assert all(a.device.type == "cpu" and torch.equal(a, b) for a, b in zip(images, want_images, strict=True))
+
+
 def test_ragged_batches_cross_from_workers_as_one_buffer(folder):
     ds = ImageFolder(folder)
     sizes = {tuple(ds[i][0].shape) for i in range(len(ds))}

@@ -134,3 +134,36 @@ def test_torch_compile_traces_the_size_rules_of_a_one_size_batch_without_graph_b
             for _ in range(2):
                 assert (compiled(batch, params=params) - expected).abs().max() < 1e-4
         assert counter.frame_count <= 2, first
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_default_device_set_elsewhere_changes_nothing(path, photos, interpreted_gpu_kernels, monkeypatch):
+    """``torch.set_default_device`` puts every tensor made without a device there. A CPU pipeline
+    made its host tensors so: under ``set_default_device("cuda")`` the fused C kernels were handed
+    device memory (a segfault: here "meta", which holds no data, gave one too), and workers would
+    have touched CUDA. Each path, each kind of input, with the default device on "meta", gives what
+    it gives without."""
+    small = [p[:, : 60 + 9 * i, : 80 + 7 * i] for i, p in enumerate(photos)]
+    batch = torch.stack([p[:, :60, :80] for p in small])
+    inputs = {"list": small, "packed": ga.PackedImages.pack(small), "batch": batch, "clips": batch.view(2, 2, 3, 60, 80),
+              "float": batch.float() / 255, "one channel": batch[:, :1]}
+    pipelines = {
+        "README": lambda: [ga.RandomResizedCrop(32), ga.RandomHorizontalFlip(), ga.RandomRotation(15),
+                           ga.ColorJitter(0.4, 0.4, 0.4, 0.1), ga.RandomGrayscale(0.5), ga.Normalize((0.5,), (0.25,))],
+        "CIFAR": lambda: [ga.RandomCrop(48, padding=4, padding_mode="reflect"), ga.RandomHorizontalFlip()],
+        "validation": lambda: [ga.Resize(40), ga.CenterCrop(32)],
+        "fill, bicubic": lambda: [ga.RandomCrop(50, padding=7, fill=0.3), ga.Resize((30, 20), "bicubic"),
+                                  ga.RandomRotation(20, fill=0.2)],
+    }
+    runs = [(name, kind) for name in pipelines for kind in inputs
+            if not (name == "validation" and kind in ("list", "packed"))]  # no fixed output size
+    expected = {(name, kind): _run(path, pipelines[name](), inputs[kind], 3, interpreted_gpu_kernels, monkeypatch)
+                for name, kind in runs}
+    torch.set_default_device("meta")
+    try:
+        got = {(name, kind): _run(path, pipelines[name](), inputs[kind], 3, interpreted_gpu_kernels, monkeypatch)
+               for name, kind in runs}
+    finally:
+        torch.set_default_device(None)
+    for key, out in got.items():
+        assert out.device.type == "cpu" and torch.equal(out, expected[key]), key

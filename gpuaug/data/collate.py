@@ -106,8 +106,11 @@ def collate(items) -> Batch:
             raise TypeError(f"collate expects (image, label) items with uint8 (3, H, W) tensors, as gpuaug's datasets "
                             f"give (torchvision.io.decode_image in your own), got {type(img).__name__} at item {i}")
     # Labels as DataLoader's default_collate makes them: ints -> int64 (B,), tensors stacked,
-    # dicts and tuples collated per field, strings kept as a list.
-    labels = default_collate([y for _, y in good]) if good else torch.empty(0, dtype=torch.int64)
+    # dicts and tuples collated per field, strings kept as a list. On the CPU whatever
+    # torch.set_default_device says (default_collate makes int labels with no device): collate runs
+    # in the workers, which must not touch CUDA.
+    with torch.device("cpu"):
+        labels = default_collate([y for _, y in good]) if good else torch.empty(0, dtype=torch.int64)
     with worker_memory.reusing():
         if any(isinstance(i, Encoded) for i in images):
             images = EncodedBatch.pack(images)

@@ -200,7 +200,7 @@ def read_bytes(path: str) -> torch.Tensor:
             if info.st_size > MAX_FILE_BYTES:
                 raise DecodeError(str(path), f"too large to be an image ({info.st_size} bytes; one of "
                                              f"{MAX_PIXELS} pixels needs at most {MAX_FILE_BYTES})")
-            data = torch.empty(info.st_size, dtype=torch.uint8)
+            data = torch.empty(info.st_size, dtype=torch.uint8, device="cpu")
             with open(fd, "rb", closefd=False) as f:
                 size = f.readinto(memoryview(data.numpy())) if len(data) else 0
         finally:

@@ -248,7 +248,7 @@ def _describe(batch) -> str:
 def _select(labels, keep: list[int]):
     """The labels of the kept samples: a tensor's rows, a list's items, each field of a dict/tuple."""
     if isinstance(labels, torch.Tensor):
-        return labels[torch.tensor(keep, dtype=torch.long)]
+        return labels[torch.tensor(keep, dtype=torch.long, device="cpu")]
     if isinstance(labels, dict):
         return {k: _select(v, keep) for k, v in labels.items()}
     if isinstance(labels, (list, tuple)) and not any(isinstance(v, (torch.Tensor, dict, list, tuple)) for v in labels):

@@ -241,7 +241,7 @@ class Normalize(ColorOp):
 
     def __init__(self, mean: Sequence[float], std: Sequence[float], inplace: bool = False):
         super().__init__()  # inplace: torchvision's, for ported code; no effect (the output is always new)
-        mean_t, std_t = (torch.as_tensor(v, dtype=torch.float32).flatten() for v in (mean, std))
+        mean_t, std_t = (torch.as_tensor(v, dtype=torch.float32, device="cpu").flatten() for v in (mean, std))
         if mean_t.numel() != std_t.numel() and 1 not in (mean_t.numel(), std_t.numel()):
             raise ValueError(f"mean and std need one value per channel (or one for all) each, got {mean_t.numel()} "
                              f"and {std_t.numel()}")
