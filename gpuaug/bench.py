@@ -82,7 +82,8 @@ def kornia_augment(device):
     return K.AugmentationSequential(
         K.RandomResizedCrop((SIZE, SIZE)), K.RandomHorizontalFlip(), K.RandomRotation(15.0),
         K.ColorJitter(0.4, 0.4, 0.4, 0.1),
-        K.Normalize(torch.tensor(IMAGENET_MEAN, device="cpu"), torch.tensor(IMAGENET_STD, device="cpu"))).to(device)
+        K.Normalize(torch.tensor(IMAGENET_MEAN, dtype=torch.float32, device="cpu"),
+                    torch.tensor(IMAGENET_STD, dtype=torch.float32, device="cpu"))).to(device)
 
 
 def _sync(device: torch.device) -> None:

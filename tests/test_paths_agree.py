@@ -136,13 +136,17 @@ def test_torch_compile_traces_the_size_rules_of_a_one_size_batch_without_graph_b
         assert counter.frame_count <= 2, first
 
 
+@pytest.mark.parametrize("default", ["device meta", "dtype float64"])
 @pytest.mark.parametrize("path", PATHS)
-def test_a_default_device_set_elsewhere_changes_nothing(path, photos, interpreted_gpu_kernels, monkeypatch):
-    """``torch.set_default_device`` puts every tensor made without a device there. A CPU pipeline
+def test_a_default_device_or_dtype_set_elsewhere_changes_nothing(path, default, photos, interpreted_gpu_kernels,
+                                                                  monkeypatch):
+    """``torch.set_default_device`` puts every tensor made without a device there, and
+    ``torch.set_default_dtype`` makes every float tensor made without a dtype of it. A CPU pipeline
     made its host tensors so: under ``set_default_device("cuda")`` the fused C kernels were handed
     device memory (a segfault: here "meta", which holds no data, gave one too), and workers would
-    have touched CUDA. Each path, each kind of input, with the default device on "meta", gives what
-    it gives without."""
+    have touched CUDA; under float64 the draws were float64 (another stream of params for the same
+    seed) and the fused color kernels refused their factors (TypeError). Each path, each kind of
+    input, gives what it gives without."""
     small = [p[:, : 60 + 9 * i, : 80 + 7 * i] for i, p in enumerate(photos)]
     batch = torch.stack([p[:, :60, :80] for p in small])
     inputs = {"list": small, "packed": ga.PackedImages.pack(small), "batch": batch, "clips": batch.view(2, 2, 3, 60, 80),
@@ -159,11 +163,15 @@ def test_a_default_device_set_elsewhere_changes_nothing(path, photos, interprete
             if not (name == "validation" and kind in ("list", "packed"))]  # no fixed output size
     expected = {(name, kind): _run(path, pipelines[name](), inputs[kind], 3, interpreted_gpu_kernels, monkeypatch)
                 for name, kind in runs}
-    torch.set_default_device("meta")
+    if default == "device meta":
+        torch.set_default_device("meta")
+    else:
+        torch.set_default_dtype(torch.float64)
     try:
         got = {(name, kind): _run(path, pipelines[name](), inputs[kind], 3, interpreted_gpu_kernels, monkeypatch)
                for name, kind in runs}
     finally:
         torch.set_default_device(None)
+        torch.set_default_dtype(torch.float32)
     for key, out in got.items():
         assert out.device.type == "cpu" and torch.equal(out, expected[key]), key

@@ -20,7 +20,7 @@ def factors(factor: float | Tensor, x: Tensor) -> Tensor:
     """A Python number or a ``(B,)`` tensor -> ``(B,)`` float32 on ``x``'s device."""
     if isinstance(factor, Tensor):
         return factor.to(device=x.device, dtype=torch.float32).reshape(-1).expand(x.shape[0])
-    return torch.full((x.shape[0],), float(factor), device=x.device)
+    return torch.full((x.shape[0],), float(factor), dtype=torch.float32, device=x.device)
 
 
 def scaled_identity(weight: Tensor, channels: int) -> Tensor:

@@ -254,7 +254,7 @@ def rotation_matrix(angle: Tensor, height: int, width: int, center: tuple[float,
 
 def flip_matrix(flip_x: Tensor | None, flip_y: Tensor | None, n: int, device) -> Tensor:
     """``(B, 3, 3)`` normalized-coordinate maps mirroring x and/or y where the ``(B,)`` flags are set."""
-    m = torch.eye(3, device=device).repeat(n, 1, 1)
+    m = torch.eye(3, dtype=torch.float32, device=device).repeat(n, 1, 1)
     if flip_x is not None:
         m[:, 0, 0] = 1 - 2 * flip_x.float()
     if flip_y is not None:

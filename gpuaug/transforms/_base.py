@@ -180,11 +180,11 @@ class Draw:
 
     def uniform(self, low: float, high: float, *shape: int) -> Tensor:
         """``(n, *shape)`` float32 uniform in ``[low, high)``."""
-        return torch.empty((self.n, *shape), device=self.device).uniform_(low, high, generator=self.generator)
+        return torch.empty((self.n, *shape), dtype=torch.float32, device=self.device).uniform_(low, high, generator=self.generator)
 
     def rand(self, *shape: int) -> Tensor:
         """``(n, *shape)`` float32 uniform in ``[0, 1)``: one kernel for all of an op's draws."""
-        return torch.rand((self.n, *shape), generator=self.generator, device=self.device)
+        return torch.rand((self.n, *shape), generator=self.generator, dtype=torch.float32, device=self.device)
 
     def integers(self, high: Tensor, u: Tensor | None = None) -> Tensor:
         """Integers (float32) uniform in ``[0, high]``, one per element of ``high`` (``(n, k)``, holding
@@ -195,7 +195,7 @@ class Draw:
 
     def bernoulli(self, p: float) -> Tensor:
         """``(n,)`` bool, each True with probability ``p``."""
-        return torch.rand(self.n, generator=self.generator, device=self.device) < p
+        return torch.rand(self.n, generator=self.generator, dtype=torch.float32, device=self.device) < p
 
 
 class Op(nn.Module):

@@ -53,7 +53,7 @@ def color_programs(color: list[tuple[ColorOp, Params]], n: int,
     if any(p is None for p in programs):
         return None
     if not programs:
-        return torch.zeros(n, 0, dtype=torch.int32, device=device), torch.zeros(n, 0, device=device), normalize
+        return torch.zeros(n, 0, dtype=torch.int32, device=device), torch.zeros(n, 0, dtype=torch.float32, device=device), normalize
     if len(programs) == 1:
         return (*programs[0], normalize)
     return torch.cat([p[0] for p in programs], 1), torch.cat([p[1] for p in programs], 1), normalize
@@ -221,7 +221,7 @@ class RandomGrayscale(ColorOp):
         # Grayscale is saturation 0: clamp(0 * x + 1 * gray) is the gray image exactly.
         gray = params["gray"].view(-1, 1) != 0
         codes = torch.where(gray, OP_SATURATION, OP_NONE).to(torch.int32)
-        return codes, torch.zeros(gray.shape, device=gray.device)
+        return codes, torch.zeros(gray.shape, dtype=torch.float32, device=gray.device)
 
     def apply(self, x: Tensor, params: Params) -> Tensor:
         if x.shape[1] == 1:
