@@ -477,7 +477,10 @@ class Pipeline(nn.Module):
             matrix = None
             for i in self._warp_at:
                 m = self.ops[i].matrix(params[i], s.uniform)
-                matrix = m if matrix is None else matrix @ m
+                # The product elementwise, not by a matmul: a float32 matmul on CUDA may run in
+                # TF32 (torch.set_float32_matmul_precision("high"), which training scripts set),
+                # rounding the coordinates' coefficients to 10 bits (~0.05 px at 224 px).
+                matrix = m if matrix is None else (matrix.unsqueeze(-1) * m.unsqueeze(-3)).sum(-2)
             plan["warp"] = matrix
             rotation = next(self.ops[i] for i in self._warp_at if isinstance(self.ops[i], RandomRotation))
             plan["nearest"] = rotation.interpolation == "nearest"

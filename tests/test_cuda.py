@@ -206,3 +206,18 @@ def test_a_pipeline_on_a_device_that_is_not_current_computes_there(photos):
         torch.cuda.synchronize(last)
     for got, want in zip(outs[0], outs[1]):
         assert got.device == last and torch.equal(got, want)
+
+
+def test_tf32_matmuls_allowed_leave_the_warp_exact(photos, monkeypatch):
+    """``torch.set_float32_matmul_precision("high")`` (TF32 matmuls, common in training scripts)
+    must not round the warp's coordinates: a rotation with a flip and a second rotation after it,
+    float32 on CUDA, against the CPU with the same params."""
+    monkeypatch.setattr(ga.cpu, "OWN_PATH", False)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
+    steps = lambda: [ga.RandomResizedCrop(224), ga.RandomRotation(15), ga.RandomHorizontalFlip(1.0), ga.RandomRotation(10)]
+    out, params = ga.Pipeline(*steps(), device="cuda", dtype=torch.float32, seed=4)(photos * 4, return_params=True)
+    ref = ga.Pipeline(*steps(), device="cpu", seed=4)(photos * 4, params=[{k: v.cpu() for k, v in p.items()}
+                                                                         for p in params])
+    err = (out.cpu() - ref).abs()
+    # A rotation's inside/outside test may flip on a boundary pixel between the two warps' rounding.
+    assert (err > 1e-3).float().mean() < 1e-4, err.max()
