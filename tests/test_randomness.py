@@ -34,13 +34,19 @@ _CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA d
 @pytest.mark.parametrize("device, triton", [("cpu", "1"), pytest.param("cuda", "1", marks=_CUDA),
                                             pytest.param("cuda", "0", marks=_CUDA)])
 def test_deterministic_algorithms_mode_is_accepted_and_repeats_bitwise(photos, device, triton, monkeypatch):
-    """Reproducible training turns on ``torch.use_deterministic_algorithms`` (and sets
-    CUBLAS_WORKSPACE_CONFIG, as torch asks): no op of the pipeline may refuse it, and one seed gives
-    the same bits twice (the Triton contrast mean sums in a fixed order). GPUAUG_TRITON=0: the torch
-    kernels (matmuls, grid_sample, embedding_bag) on CUDA."""
-    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    """Reproducible training turns on ``torch.use_deterministic_algorithms``: no op of the pipeline
+    may refuse it, and one seed gives the same bits twice (the Triton contrast mean sums in a fixed
+    order). GPUAUG_TRITON=0: the torch kernels (matmuls, grid_sample, embedding_bag) on CUDA, with
+    CUBLAS_WORKSPACE_CONFIG set, as torch asks of a process whose cuBLAS calls must repeat. The
+    Triton path makes no cuBLAS call (the warp's matrices, a flip after the rotation here, are
+    composed without a matmul), so it needs no such setting."""
+    if triton == "0":
+        monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    else:
+        monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     monkeypatch.setenv("GPUAUG_TRITON", triton)
-    steps = [ga.RandomCrop(300, padding=8, padding_mode="reflect"), *FULL()]
+    steps = [ga.RandomCrop(300, padding=8, padding_mode="reflect"), *FULL()[:3], ga.RandomVerticalFlip(),
+             *FULL()[3:]]
     torch.use_deterministic_algorithms(True)
     try:
         first = ga.Pipeline(*steps, device=device, seed=5)(photos)
