@@ -180,7 +180,8 @@ class Draw:
 
     def uniform(self, low: float, high: float, *shape: int) -> Tensor:
         """``(n, *shape)`` float32 uniform in ``[low, high)``."""
-        return torch.empty((self.n, *shape), dtype=torch.float32, device=self.device).uniform_(low, high, generator=self.generator)
+        out = torch.empty((self.n, *shape), dtype=torch.float32, device=self.device)
+        return out.uniform_(low, high, generator=self.generator)
 
     def rand(self, *shape: int) -> Tensor:
         """``(n, *shape)`` float32 uniform in ``[0, 1)``: one kernel for all of an op's draws."""
@@ -195,7 +196,7 @@ class Draw:
 
     def bernoulli(self, p: float) -> Tensor:
         """``(n,)`` bool, each True with probability ``p``."""
-        return torch.rand(self.n, generator=self.generator, dtype=torch.float32, device=self.device) < p
+        return self.rand() < p
 
 
 class Op(nn.Module):

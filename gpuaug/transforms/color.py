@@ -53,7 +53,8 @@ def color_programs(color: list[tuple[ColorOp, Params]], n: int,
     if any(p is None for p in programs):
         return None
     if not programs:
-        return torch.zeros(n, 0, dtype=torch.int32, device=device), torch.zeros(n, 0, dtype=torch.float32, device=device), normalize
+        empty = torch.zeros(n, 0, dtype=torch.float32, device=device)
+        return empty.to(torch.int32), empty, normalize
     if len(programs) == 1:
         return (*programs[0], normalize)
     return torch.cat([p[0] for p in programs], 1), torch.cat([p[1] for p in programs], 1), normalize
