@@ -8,6 +8,7 @@ stalls the host until the GPU catches up). tests/test_cuda.py checks the same on
 """
 
 import random
+from contextlib import nullcontext
 
 import pytest
 import torch
@@ -297,13 +298,16 @@ def test_a_cuda_pipeline_called_in_a_dataloader_worker_says_so(photos, fake_cuda
                 pipe(photos[0][None], params=params)
 
 
-def test_the_warps_coordinates_go_through_no_matmul(photos, monkeypatch):
-    """A float32 matmul on CUDA runs in TF32 where a process allows it
-    (``torch.set_float32_matmul_precision("high")``, common in training scripts): 10 bits of
-    mantissa, ~0.05 px at 224 px, 13/255 on a sharp edge. The warp's matrices (a rotation with a
-    flip after it, two rotations) were composed by one; with the Triton kernels (the color ops there
-    too) a call now dispatches no matmul at all."""
-    stub = _stand_in_cuda(monkeypatch, "triton kernels")
+@pytest.mark.parametrize("path", ["cuda, triton kernels", "cuda, torch kernels", "cpu, torch kernels"])
+def test_a_float32_call_goes_through_no_matmul(photos, monkeypatch, path):
+    """A float32 matmul follows process-wide settings: in TF32 on CUDA where a process allows it
+    (``torch.set_float32_matmul_precision("high")``, common in training scripts: 10 bits of
+    mantissa, ~0.05 px at 224 px, 13/255 on a sharp edge), in bfloat16 on CPUs that have it
+    (``"medium"``). The warp's matrices (a rotation with a flip after it, two rotations) were
+    composed by one, and the torch color kernels mixed channels by one; a float32 call now
+    dispatches no matmul on any path."""
+    monkeypatch.setenv("GPUAUG_NATIVE", "0")  # the CPU's torch kernels
+    stub = _stand_in_cuda(monkeypatch, path.split(", ")[1]) if path.startswith("cuda") else None
     matmuls = {torch.ops.aten.mm.default, torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default,
                torch.ops.aten.addmm.default, torch.ops.aten.matmul.default}
 
@@ -318,10 +322,14 @@ def test_the_warps_coordinates_go_through_no_matmul(photos, monkeypatch):
             return func(*args, **(kwargs or {}))
 
     steps = [ga.RandomResizedCrop(64), ga.RandomRotation(15), ga.RandomHorizontalFlip(), ga.RandomRotation(5),
-             ga.RandomVerticalFlip(), ga.ColorJitter(0.4, 0.4, 0.4, 0.1), ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD)]
+             ga.RandomVerticalFlip(), ga.ColorJitter(0.4, 0.4, 0.4, 0.1), ga.RandomGrayscale(0.5),
+             ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD)]
     batch = torch.stack([p[:, :200, :240] for p in photos])
-    with fake_tensor.FakeTensorMode(allow_non_fake_inputs=True):
-        pipe = ga.Pipeline(*steps, device="cuda", dtype=torch.float32, seed=0)
+    device = path.split(",")[0]
+    with fake_tensor.FakeTensorMode(allow_non_fake_inputs=True) if device == "cuda" else nullcontext():
+        pipe = ga.Pipeline(*steps, device=device, dtype=torch.float32, seed=0)
         with Matmuls() as mode:
-            pipe(batch.to("cuda"))
-    assert "warp_affine" in stub.calls and mode.found == []
+            pipe(batch.to(device))
+    assert mode.found == []
+    if stub is not None:
+        assert "warp_affine" in stub.calls and "color_program" in stub.calls
