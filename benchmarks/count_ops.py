@@ -1,7 +1,8 @@
 """How many kernels does one CUDA-path call launch? `python benchmarks/count_ops.py [--batch 256]`.
 
-No GPU needed: with ``gpuaug.cpu.OWN_PATH = False`` the pipeline runs on the CPU exactly as on
-CUDA, and every non-view aten op it dispatches would be one kernel launch there. Prints the count
+No GPU needed: with ``gpuaug.cpu.OWN_PATH = False`` and float16 (CUDA's default dtype; the torch
+color kernels mix float32 channels by other ops than float16's matmul) the pipeline runs on the CPU
+exactly as on CUDA, and every non-view aten op it dispatches would be one kernel launch there. Prints the count
 per stage (draw, plan, geometry, each color op, finish), and the host arrays copied to the
 device, for the README pipeline (`gpuaug bench`'s ops, with an 8x8 output) and the time of a call
 on ``--batch`` ~16x20 images: almost all of it is dispatch, the host's per-batch cost that a GPU
@@ -174,7 +175,7 @@ def _count(args) -> None:
                                   ("Triton kernels, ragged PackedImages, Resize(12) + CenterCrop(8) + Normalize",
                                    _CountLaunches(), packed, val)):
         pipeline_module._gpu_kernels = lambda device, kernel=kernel: kernel
-        pipe = ga.Pipeline(*ops, ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD), device="cpu", seed=0)
+        pipe = ga.Pipeline(*ops, ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD), device="cpu", dtype=torch.float16, seed=0)
         for op in (pipe.ops[i] for i in pipe._color_at):
             op.apply = _labelled(op.apply, type(op).__name__)
         pipe._color_gpu = _labelled(pipe._color_gpu, "color (Triton)")
