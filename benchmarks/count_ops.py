@@ -1,10 +1,10 @@
 """How many kernels does one CUDA-path call launch? `python benchmarks/count_ops.py [--batch 256]`.
 
-No GPU needed: with ``gpuaug.cpu.OWN_PATH = False`` and float16 (CUDA's default dtype; the torch
-color kernels mix float32 channels by other ops than float16's matmul) the pipeline runs on the CPU
-exactly as on CUDA, and every non-view aten op it dispatches would be one kernel launch there. Prints the count
-per stage (draw, plan, geometry, each color op, finish), and the host arrays copied to the
-device, for the README pipeline (`gpuaug bench`'s ops, with an 8x8 output) and the time of a call
+No GPU needed: with ``gpuaug.cpu.OWN_PATH = False`` and float16 (CUDA's default dtype: the torch
+color kernels take other ops in float32) the pipeline runs on the CPU exactly as on CUDA, and
+every non-view aten op it dispatches would be one kernel launch there. Prints the count per stage
+(draw, plan, geometry, each color op, finish), and the host arrays copied to the device, for the
+README pipeline (`gpuaug bench`'s ops, with an 8x8 output) and the time of a call
 on ``--batch`` ~16x20 images: almost all of it is dispatch, the host's per-batch cost that a GPU
 cannot hide when it launches kernels faster than they run. With the Triton kernels, also how long
 into the call the resampling is launched: a call timed alone waits that long before the device
