@@ -1,6 +1,7 @@
 """Bad input and bad arguments: a clear TypeError/ValueError saying what was expected and what came."""
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -549,3 +550,16 @@ def test_interpolation_as_pils_int_codes_as_torchvision_takes_them(code, mode):
         assert op.interpolation == mode == v2.InterpolationMode(mode).value
         assert v2_op.interpolation in (code, v2.InterpolationMode(mode))
     assert made >= 1
+
+
+@pytest.mark.parametrize("value, error", [("abc", TypeError), (None, TypeError), ({"r": 0.5}, TypeError),
+                                          ([0.5, "a", 0.5], TypeError), ([], ValueError)])
+@pytest.mark.parametrize("slot", ["mean", "std"])
+def test_normalize_names_the_argument_that_is_not_numbers(value, error, slot):
+    """Normalize's mean and std: a string, None, a dict or an empty list is refused at construction
+    with the argument's name and what came (torch's own message, ``new(): invalid data type 'str'``,
+    named neither; an empty pair failed only at the first call)."""
+    args = {"mean": (0.5, 0.5, 0.5), "std": (0.2, 0.2, 0.2)}
+    args[slot] = value
+    with pytest.raises(error, match=rf"^{slot} should .*{re.escape(repr(value)[:5])}"):
+        ga.Normalize(**args)

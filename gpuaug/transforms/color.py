@@ -233,6 +233,21 @@ class RandomGrayscale(ColorOp):
         return mix_channels(x, matrix)
 
 
+def _per_channel_values(name: str, value) -> Tensor:
+    """``value`` (a number, a sequence of numbers, an array or a tensor) as a ``(n,)`` float32 CPU
+    tensor, n >= 1; a TypeError or ValueError naming ``name`` for anything else."""
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"{name} should be a number or a sequence of numbers (one per channel), got {value!r}")
+    try:
+        values = torch.as_tensor(value, dtype=torch.float32, device="cpu").flatten()
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise TypeError(f"{name} should be a number or a sequence of numbers (one per channel), got "
+                        f"{type(value).__name__} {value!r:.60} ({error})") from None
+    if values.numel() == 0:
+        raise ValueError(f"{name} should have one value per channel (or one for all), got none: {value!r}")
+    return values
+
+
 class Normalize(ColorOp):
     """``(x - mean) / std`` per channel, on images in [0, 1]. Must be the last op.
 
@@ -242,7 +257,7 @@ class Normalize(ColorOp):
 
     def __init__(self, mean: Sequence[float], std: Sequence[float], inplace: bool = False):
         super().__init__()  # inplace: torchvision's, for ported code; no effect (the output is always new)
-        mean_t, std_t = (torch.as_tensor(v, dtype=torch.float32, device="cpu").flatten() for v in (mean, std))
+        mean_t, std_t = (_per_channel_values(name, v) for name, v in (("mean", mean), ("std", std)))
         if mean_t.numel() != std_t.numel() and 1 not in (mean_t.numel(), std_t.numel()):
             raise ValueError(f"mean and std need one value per channel (or one for all) each, got {mean_t.numel()} "
                              f"and {std_t.numel()}")
