@@ -563,3 +563,16 @@ def test_normalize_names_the_argument_that_is_not_numbers(value, error, slot):
     args[slot] = value
     with pytest.raises(error, match=rf"^{slot} should .*{re.escape(repr(value)[:5])}"):
         ga.Normalize(**args)
+
+
+@pytest.mark.parametrize("text", [b"ab", bytearray(b"ab"), "ab"])
+@pytest.mark.parametrize("name, slot", _ODD_SLOTS + [("RandomRotation", lambda v: ((10,), {"fill": v})),
+                                                     ("Normalize", lambda v: (((0.5,), v), {}))],
+                         ids=[f"{n}-{i}" for i, (n, _) in enumerate(_ODD_SLOTS)] + ["RandomRotation-fill", "Normalize-std"])
+def test_text_is_never_a_size_range_or_fill(name, slot, text):
+    """``bytes`` are a sequence of ints to Python: ``RandomCrop(b"ab")`` was a (97, 98) crop and
+    ``RandomRotation(b"ab")`` turned by 97-98 degrees (torchvision takes both too). Every slot
+    refuses text with a TypeError or ValueError."""
+    args, kwargs = slot(text)
+    with pytest.raises((TypeError, ValueError)):
+        getattr(ga, name)(*args, **kwargs)

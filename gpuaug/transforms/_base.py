@@ -282,10 +282,16 @@ def check_resize_filter(interpolation, antialias, op: str) -> tuple[str, bool]:
     return mode, antialias
 
 
+def is_sequence(value) -> bool:
+    """A sequence of values, not text: ``str``, ``bytes`` and ``bytearray`` are sequences to Python
+    (``b"ab"`` is ``(97, 98)``) but never a size, a range or a fill."""
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray))
+
+
 def check_range(values, name: str) -> tuple[float, float]:
     """Two finite numbers ``(min, max)`` with ``min <= max`` (torchvision would fail only when
     drawing from them, with a RuntimeError, or silently draw inf/nan)."""
-    if isinstance(values, str) or not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values):
+    if not is_sequence(values) or not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values):
         raise TypeError(f"{name} should be numbers (min, max), got {values!r}")
     lo, hi = float(values[0]), float(values[1])
     if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
@@ -299,9 +305,9 @@ def setup_size(size, error_msg: str = "Please provide only two dimensions (h, w)
         if not math.isfinite(size):  # int() would raise OverflowError or ValueError of its own
             raise ValueError(f"size should be a positive integer, got {size}")
         size = (int(size), int(size))
-    elif isinstance(size, Sequence) and len(size) == 1:
+    elif is_sequence(size) and len(size) == 1:
         size = (size[0], size[0])
-    elif not isinstance(size, Sequence):
+    elif not is_sequence(size):
         raise TypeError(f"size should be an int or a sequence of ints, got {type(size).__name__}")
     if len(size) != 2:
         raise ValueError(error_msg)
@@ -321,7 +327,7 @@ def setup_range(value, name: str, center: float = 1.0, bound=(0, float("inf")), 
         value = [center - value, center + value]
         if clip_first_on_zero:
             value[0] = max(value[0], 0.0)
-    elif isinstance(value, Sequence) and len(value) == 2:
+    elif is_sequence(value) and len(value) == 2:
         value = [float(v) for v in value]
     else:
         raise TypeError(f"{name}={value!r} should be a single number or a sequence with length 2.")

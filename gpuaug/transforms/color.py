@@ -236,7 +236,7 @@ class RandomGrayscale(ColorOp):
 def _per_channel_values(name: str, value) -> Tensor:
     """``value`` (a number, a sequence of numbers, an array or a tensor) as a ``(n,)`` float32 CPU
     tensor, n >= 1; a TypeError or ValueError naming ``name`` for anything else."""
-    if isinstance(value, (str, bytes)):
+    if isinstance(value, (str, bytes, bytearray)):
         raise TypeError(f"{name} should be a number or a sequence of numbers (one per channel), got {value!r}")
     try:
         values = torch.as_tensor(value, dtype=torch.float32, device="cpu").flatten()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -18,7 +17,7 @@ from torch import Tensor
 
 from ..functional.geometry import PAD_MODES, flip_matrix, rotation_matrix
 from ._base import (Draw, Op, Params, Sizes, check_interpolation, check_probability, check_range, check_resize_filter,
-                    refuse_params, setup_size, to_device)
+                    is_sequence, refuse_params, setup_size, to_device)
 
 
 class AxisMap:
@@ -146,9 +145,9 @@ class RandomResizedCrop(GeometricOp):
         super().__init__()
         self.interpolation, antialias = check_resize_filter(interpolation, antialias, "RandomResizedCrop")
         self.size = setup_size(size)
-        if not isinstance(scale, Sequence) or len(scale) != 2:
+        if not is_sequence(scale) or len(scale) != 2:
             raise TypeError(f"Scale should be a sequence of two numbers (min, max), got {scale!r}")
-        if not isinstance(ratio, Sequence) or len(ratio) != 2:
+        if not is_sequence(ratio) or len(ratio) != 2:
             raise TypeError(f"Ratio should be a sequence of two numbers (min, max), got {ratio!r}")
         scale, ratio = check_range(scale, "scale"), check_range(ratio, "ratio")
         if scale[0] <= 0 or ratio[0] <= 0:
@@ -264,7 +263,7 @@ class Resize(GeometricOp):
                 raise ValueError("max_size must be an integer when size is None, but got None instead.")
             self.size = None
         else:
-            if isinstance(size, Sequence) and not isinstance(size, str) and len(size) == 1:
+            if is_sequence(size) and len(size) == 1:
                 size = size[0]  # [s] means the shorter side, as an int does (torchvision's TorchScript form)
             if isinstance(size, numbers.Number) and not isinstance(size, numbers.Integral):
                 # torchvision's error: a float is not a shorter side (setup_size would make it (s, s))
@@ -481,7 +480,7 @@ def parse_fill(fill) -> tuple[float, ...]:
     images -> a tuple of floats; TypeError/ValueError for anything else (255, torchvision's white
     for uint8 images, included)."""
     values = [fill] if isinstance(fill, numbers.Number) else fill
-    if not isinstance(values, Sequence) or isinstance(values, str) or not values or \
+    if not is_sequence(values) or not values or \
             not all(isinstance(f, numbers.Number) for f in values):
         raise TypeError(f"fill should be a number or a sequence of numbers, got {fill!r}")
     values = tuple(float(f) for f in values)
@@ -568,7 +567,7 @@ class RandomRotation(GeometricOp):
         if expand:
             raise ValueError("RandomRotation keeps the image size: expand=True is not supported")
         if center is not None:  # torchvision's checks
-            if not isinstance(center, Sequence) or isinstance(center, str):
+            if not is_sequence(center):
                 raise TypeError(f"center should be a sequence of length 2, got {type(center).__name__}")
             if len(center) != 2 or not all(isinstance(c, numbers.Real) and not isinstance(c, bool)
                                            and math.isfinite(c) for c in center):
@@ -579,8 +578,10 @@ class RandomRotation(GeometricOp):
             if degrees < 0:
                 raise ValueError("If degrees is a single number, it must be positive.")
             degrees = (-degrees, degrees)
-        elif not isinstance(degrees, Sequence):
-            raise TypeError("degrees should be a sequence of length 2.")
+        elif isinstance(degrees, (str, bytes, bytearray)):  # torchvision: a ValueError (length or float())
+            raise ValueError(f"degrees should be a number or a sequence of two numbers, got {degrees!r}")
+        elif not is_sequence(degrees):
+            raise TypeError(f"degrees should be a number or a sequence of length 2, got {type(degrees).__name__}")
         elif len(degrees) != 2:
             raise ValueError("degrees should be a sequence of length 2.")
         self.degrees = check_range(degrees, "degrees")
