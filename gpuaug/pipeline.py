@@ -247,7 +247,7 @@ class Pipeline(nn.Module):
         if isinstance(images, Tensor):
             if self._graphs is not None and params is None and self._graphable():
                 items, _, _, _ = inspect_images(images)  # the checks an eager call makes first
-                check_float_range((items[0] if items.dim() == 4 else items).detach())
+                check_float_range(items)
                 out = self._graphs.run(self, images, return_params)
                 if out is not None:
                     return out
@@ -299,7 +299,7 @@ class Pipeline(nn.Module):
         else:
             params = self._check_params(params, n, sizes, frames)
         first = items if isinstance(items, Tensor) else items[0]
-        check_float_range(first[0] if first.dim() == 4 else first)
+        check_float_range(items)
         channels = first.shape[-3]
         kernels = None if own else _gpu_kernels(self.device)
         cpu_kernel = own and self.compute_dtype() == torch.float32  # the fused C color kernel (gpuaug.native)

@@ -445,7 +445,8 @@ def test_torchvision_keyword_arguments_with_their_supported_values():
 @pytest.mark.parametrize("mistake", ["0-255 floats", "normalized", "nan"])
 def test_float_images_far_outside_0_1_are_refused(photos, mistake):
     """The usual slips with float input (no /255, normalizing before the pipeline) made silently wrong
-    images; values resampling can overshoot to stay accepted."""
+    images, in any image of the batch (image 0 is read whole, the others on a grid); values
+    resampling can overshoot to stay accepted."""
     image = to_float(photos[1])
     bad = {"0-255 floats": image * 255, "normalized": v2.functional.normalize(image, ga.IMAGENET_MEAN, ga.IMAGENET_STD),
            "nan": image.masked_fill(image > 0.9, float("nan"))}[mistake]
@@ -454,6 +455,11 @@ def test_float_images_far_outside_0_1_are_refused(photos, mistake):
         with pytest.raises(ValueError, match=r"expected float images in \[0, 1\]") as info:
             pipe(given)
         assert ("NaN values" in str(info.value)) == (mistake == "nan")  # not "values in [nan, nan]"
+    for given in (torch.stack([image, image, bad]), [image, bad], torch.stack([image, bad])[None],
+                  ga.PackedImages.pack([image, bad[:, :100]])):  # not image 0
+        with pytest.raises(ValueError, match=r"expected float images in \[0, 1\].*\(image [12]\b") as info:
+            pipe(given)
+        assert ("NaN values" in str(info.value)) == (mistake == "nan")
     overshoot = v2.functional.resize(image, [150, 225], interpolation=v2.InterpolationMode.BICUBIC, antialias=True)
     assert overshoot.max() > 1 or overshoot.min() < 0  # bicubic rings past [0, 1] at edges
     assert pipe(overshoot[None]).shape == (1, 3, 32, 32)
