@@ -28,6 +28,12 @@ def _seed_from_state(state: Tensor) -> int:
     return int.from_bytes(hashlib.blake2b(state.numpy().tobytes(), digest_size=8).digest(), "little") & (2**63 - 1)
 
 
+def _owner() -> tuple:
+    """Who a generator is seeded for: (this process, its DataLoader worker's seed or None)."""
+    worker = torch.utils.data.get_worker_info()
+    return os.getpid(), None if worker is None else worker.seed
+
+
 class Pipeline(nn.Module):
     """A batched augmentation graph with its own random parameters for every sample.
 
@@ -190,6 +196,33 @@ class Pipeline(nn.Module):
         self.seed, self._generator = checked_seed(seed), None
         return self
 
+    def get_rng_state(self) -> Tensor:
+        """The state of the pipeline's random stream, a uint8 CPU tensor (a copy), as
+        ``torch.get_rng_state()`` gives torch's: save it with a checkpoint and
+        :meth:`set_rng_state` resumes the draws where they were. torch's own RNG state does not
+        hold it (the pipeline draws from its own generator)."""
+        self._refuse_meta()
+        return self._get_generator().get_state()
+
+    def set_rng_state(self, state: Tensor) -> Pipeline:
+        """Resume the random stream from ``state``, what :meth:`get_rng_state` gave on a
+        pipeline of this device type: the next draws are that pipeline's next draws, bit for bit."""
+        if not isinstance(state, Tensor) or state.dtype != torch.uint8 or state.dim() != 1:
+            got = f"{state.dtype} {tuple(state.shape)}" if isinstance(state, Tensor) else type(state).__name__
+            raise TypeError(f"state should be what get_rng_state() returns, a 1-D uint8 tensor, got {got}")
+        self._refuse_meta()
+        generator = torch.Generator(device=self.device)  # a new one: recorded CUDA graphs re-record
+        if state.numel() != generator.get_state().numel():
+            raise ValueError(f"state has {state.numel()} bytes, a {self.device.type} generator's has "
+                             f"{generator.get_state().numel()}: it was saved from a pipeline on another device "
+                             f"type, whose stream this one cannot continue")
+        try:
+            generator.set_state(state.cpu())
+        except RuntimeError as error:  # torch's check of the bytes ("Invalid mt19937 state", ...)
+            raise ValueError(f"state is not a {self.device.type} generator's state: {error}") from None
+        self._generator, self._owner = generator, _owner()
+        return self
+
     def to(self, *args, **kwargs) -> Pipeline:
         """Move the pipeline to a device and/or set its compute and output dtype, as
         ``nn.Module.to`` takes them: ``pipeline.to("cuda:1")``, ``pipeline.to(torch.bfloat16)``,
@@ -216,6 +249,11 @@ class Pipeline(nn.Module):
         """Compute and return float64 (``self.to(torch.float64)``)."""
         return self.to(torch.float64)
 
+    def _refuse_meta(self) -> None:
+        if self.device.type == "meta":  # a stand-in device (buffers placed, nothing computed)
+            raise ValueError("this Pipeline is on the meta device, which holds no values to draw or compute: "
+                             "move it to a real one first (.to('cpu'), .to('cuda'))")
+
     def _get_generator(self) -> torch.Generator:
         # A copy of the pipeline in a DataLoader worker (a CPU user's Dataset) must not replay the
         # parent's stream, nor another worker's: each worker seeds from the pipeline's seed and its
@@ -223,8 +261,8 @@ class Pipeline(nn.Module):
         # A pipeline moved to another device after drawing goes on from where its stream was (a
         # generator cannot move): the new one is seeded from the old one's state, read on the host
         # (a CUDA generator's seed and offset: no wait for the device), so no draw repeats.
+        owner = _owner()
         worker = torch.utils.data.get_worker_info()
-        owner = (os.getpid(), None if worker is None else worker.seed)
         if self._generator is None or self._generator.device != self.device or self._owner != owner:
             if self._generator is not None and self._owner == owner:
                 seed = _seed_from_state(self._generator.get_state())
@@ -279,9 +317,7 @@ class Pipeline(nn.Module):
             raise RuntimeError(f"gpuaug.Pipeline on {self.device} was called inside DataLoader worker {worker.id}: "
                                "workers must not touch CUDA. Call it on the batch in the training loop (or "
                                "through gpuaug.DeviceLoader), or give the Dataset a device='cpu' pipeline")
-        if self.device.type == "meta":  # a stand-in device (buffers placed, nothing computed)
-            raise ValueError("this Pipeline is on the meta device, which holds no values to draw or compute: "
-                             "move it to a real one first (.to('cpu'), .to('cuda'))")
+        self._refuse_meta()
         if self.device.type in ("cpu", "cuda") and torch.is_autocast_enabled(self.device.type):
             # The output's precision is the pipeline's dtype: under autocast the warp matrices'
             # products and the torch color kernels' matmuls would run in float16/bfloat16.

@@ -101,6 +101,26 @@ def test_a_pipeline_moved_to_cuda_after_drawing_does_not_restart_its_stream(phot
     assert after[0]["angle"].is_cuda and not torch.equal(after[0]["angle"], fresh[0]["angle"])
 
 
+@pytest.mark.parametrize("cuda_graph", [False, True])
+def test_rng_state_on_cuda_resumes_the_draws_and_refuses_a_cpu_state(photos, cuda_graph):
+    """A CUDA generator's state (seed and offset, 16 bytes) round-trips, recorded graphs too (a
+    restored state records anew); a CPU pipeline's state cannot continue a CUDA stream."""
+    batch = torch.stack([p[:, :200, :240] for p in photos]).cuda()
+    pipe = ga.Pipeline(*ops(), device="cuda", seed=4, cuda_graph=cuda_graph)
+    for _ in range(3):
+        pipe(batch)
+    saved = pipe.get_rng_state()
+    assert saved.device.type == "cpu" and saved.numel() == 16
+    after = [pipe(batch) for _ in range(3)]
+    pipe.set_rng_state(saved)
+    eager = ga.Pipeline(*ops(), device="cuda", seed=0).set_rng_state(saved)
+    for out in after:
+        again = pipe(batch)
+        assert torch.equal(again, out) and torch.equal(again, eager(batch))
+    with pytest.raises(ValueError, match="cuda generator's has 16"):
+        pipe.set_rng_state(ga.Pipeline(*ops(), device="cpu", seed=4).get_rng_state())
+
+
 def test_cpu_batch_is_moved_to_the_pipeline_device(photos):
     out = ga.Pipeline(*ops(), device="cuda", seed=0)(photos)
     assert out.device.type == "cuda"

@@ -420,3 +420,20 @@ def test_kept_values_stay_kept_past_the_bound(monkeypatch):
     for i in range(20):
         assert torch.equal(_base.to_device((float(i), 3.0), "cpu"), torch.tensor([float(i), 3.0]))
     assert _base.to_device((1.0, 2.0), "cpu") is first and len(_base._CONSTANTS) == 8
+
+
+def test_restored_rng_state_replays_what_eager_calls_draw_from_it(photos, stand_in_graphs):
+    """set_rng_state gives the pipeline a new generator: graphs recorded for the old one record
+    again, and the calls after it draw from the restored state, as an eager pipeline's do."""
+    x = batch(photos, 4, (60, 80))
+    graphed = ga.Pipeline(*ops(), device="cpu", seed=3, cuda_graph=True)
+    for _ in range(3):
+        graphed(x)
+    saved = graphed.get_rng_state()
+    after = [graphed(x) for _ in range(3)]
+    graphed.set_rng_state(saved)
+    eager = ga.Pipeline(*ops(), device="cpu", seed=0).set_rng_state(saved)
+    for out in after:
+        again = graphed(x)
+        assert torch.equal(again, out) and torch.equal(again, eager(x))
+    assert len(stand_in_graphs) == 2  # recorded again for the restored generator

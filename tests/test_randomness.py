@@ -99,6 +99,45 @@ def test_a_moved_pipeline_goes_on_with_its_stream(small_photos):
     assert all(torch.equal(a, b) for a, b in zip(angles_around_a_move(4), (before, after, restarted)))
 
 
+def test_rng_state_resumes_the_draws_where_they_were(small_photos):
+    """A checkpoint holds the pipeline's stream (torch's RNG state does not: the pipeline draws
+    from its own generator): set_rng_state on another pipeline, or on the same one later, makes the
+    next calls give what the saved one's next calls gave, bit for bit."""
+    pipe = ga.Pipeline(*FULL(), device="cpu", seed=11)
+    pipe(small_photos)
+    saved = pipe.get_rng_state()
+    next_calls = [pipe(small_photos, return_params=True) for _ in range(2)]
+    saved_copy = saved.clone()
+    pipe(small_photos)  # the saved state is a copy: drawing more does not change it
+    assert torch.equal(saved, saved_copy)
+    for resumed in (ga.Pipeline(*FULL(), device="cpu", seed=99).set_rng_state(saved), pipe.set_rng_state(saved)):
+        for out, params in next_calls:
+            again, again_params = resumed(small_photos, return_params=True)
+            assert torch.equal(again, out)
+            assert all(torch.equal(p[k], q[k]) for p, q in zip(again_params, params) for k in p)
+    fresh = ga.Pipeline(*FULL(), device="cpu", seed=11)  # before any draw: the seed's stream
+    assert torch.equal(ga.Pipeline(*FULL(), device="cpu", seed=5).set_rng_state(fresh.get_rng_state())(small_photos),
+                       ga.Pipeline(*FULL(), device="cpu", seed=11)(small_photos))
+    assert not torch.equal(pipe.manual_seed(11).get_rng_state(), saved)  # manual_seed restarts the stream
+
+
+@pytest.mark.parametrize("state, error, message", [
+    ([0] * 5056, TypeError, "1-D uint8 tensor, got list"),
+    (torch.zeros(5056), TypeError, r"got torch.float32 \(5056,\)"),
+    (torch.zeros(2, 2528, dtype=torch.uint8), TypeError, r"\(2, 2528\)"),
+    (torch.zeros(16, dtype=torch.uint8), ValueError, "16 bytes, a cpu generator's has 5056"),  # a CUDA one's
+    (torch.zeros(5056, dtype=torch.uint8), ValueError, "not a cpu generator's state"),
+])
+def test_set_rng_state_refuses_what_is_not_a_generator_state(state, error, message):
+    pipe = ga.Pipeline(ga.RandomRotation(10), device="cpu", seed=0)
+    before = pipe.get_rng_state()
+    with pytest.raises(error, match=message):
+        pipe.set_rng_state(state)
+    assert torch.equal(pipe.get_rng_state(), before)  # left as it was
+    with pytest.raises(ValueError, match="meta device"):
+        ga.Pipeline(ga.RandomRotation(10), device="meta").get_rng_state()
+
+
 def test_replayed_params_give_identical_output(photos):
     pipe = ga.Pipeline(*FULL(), device="cpu", seed=9)
     out, params = pipe(photos, return_params=True)
