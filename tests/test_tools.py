@@ -151,3 +151,20 @@ def test_cifar_bench_script_on_the_cpu(capsys):
     for mode in ("constant", "reflect"):
         assert (mode, "gpuaug") in names and (mode, "torchvision v2 per sample") in names
     assert all(rate > 0 for _, name, rate in rows if not name.startswith("kornia eager (failed"))
+
+
+def test_every_file_the_package_needs_besides_python_is_in_package_data():
+    """A data file under gpuaug/ that pyproject's package-data does not list is left out of the
+    wheel: the sample images (gpuaug bench), the native C sources, py.typed (type checkers read
+    gpuaug's annotations only with it)."""
+    import fnmatch
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    root = Path(__file__).resolve().parents[1]
+    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["gpuaug"]
+    files = [p.relative_to(root / "gpuaug").as_posix() for p in (root / "gpuaug").rglob("*")
+             if p.is_file() and p.suffix not in (".py", ".pyc", ".so") and "__pycache__" not in p.parts]
+    assert "py.typed" in files and any(f.startswith("sample_images/") for f in files)
+    missing = [f for f in files if not any(fnmatch.fnmatch(f, pat) for pat in patterns)]
+    assert not missing, f"not in pyproject's package-data: {missing}"
