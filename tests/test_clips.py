@@ -426,3 +426,22 @@ def test_a_pack_folder_inside_the_frame_folders_is_not_read_as_videos(frames_roo
     assert ga.data.pack_folder(same, same, progress=False) == (3, 0, 0)
     assert ga.data.pack_folder(same, same, progress=False) == (0, 3, 0)
     assert len(PackedClips(same)) == 3 and len(FrameFolder(same)) == 3
+
+
+@pytest.mark.parametrize("where", ["class", "video", "class, by another path"])
+def test_pack_refuses_a_destination_that_is_a_class_or_video_folder_of_the_source(frames_root, tmp_path, capsys,
+                                                                                  where):
+    """`gpuaug pack data data/class0` packed nothing (the class's videos lay inside DST, so were
+    left out), said "packed 0 videos" and left DST's mark in the class folder: FrameFolder(data)
+    and every later pack then no longer saw that class (its labels shifted). Refused now, with
+    nothing written."""
+    src = _aged_copy(frames_root, tmp_path / "src")
+    dst = {"class": src / "class1", "video": src / "class0" / "video0",
+           "class, by another path": src / "class0" / ".." / "class1"}[where]
+    before = sorted(p.relative_to(src) for p in src.rglob("*"))
+    with pytest.raises(ValueError, match=f"is the {where.split(',')[0]} folder"):
+        ga.data.pack_folder(src, dst, progress=False)
+    assert main(["pack", str(src), str(dst), "--no-progress"]) == 2
+    assert f"is the {where.split(',')[0]} folder" in capsys.readouterr().err
+    assert sorted(p.relative_to(src) for p in src.rglob("*")) == before
+    assert FrameFolder(src).classes == ["class0", "class1"] and len(FrameFolder(src)) == 3

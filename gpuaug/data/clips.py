@@ -189,6 +189,14 @@ def pack_folder(src, dst, progress: bool = True, on_error: str = "raise", force:
     src_ds = FrameFolder(src, frames=1, allow_empty=True)
     # DST inside SRC (``gpuaug pack data data/packed``): its class folders are not videos.
     packs = Path(dst).resolve()
+    # DST a class or video folder of SRC: the mark written there would hide it (and its frames)
+    # from FrameFolder and from every later run, and its videos would be taken for DST's own.
+    for folder in [*(Path(src) / c for c in src_ds.classes), *(Path(v) for v, _ in src_ds.videos)]:
+        if packs == folder.resolve():
+            kind = "class" if folder.parent.resolve() == Path(src).resolve() else "video"
+            raise ValueError(f"dst {str(dst)!r} is the {kind} folder {str(folder)!r} of src: packs there would hide "
+                             f"it from FrameFolder; pack into a folder of its own (e.g. {str(Path(src) / 'packed')!r}, "
+                             f"or outside src) or into src itself")
     if packs != Path(src).resolve():
         src_ds.videos = [(v, label) for v, label in src_ds.videos if not Path(v).resolve().is_relative_to(packs)]
     with_videos = {label for _, label in src_ds.videos}
