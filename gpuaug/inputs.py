@@ -151,9 +151,10 @@ FLOAT_RANGE = (-0.5, 1.5)
 FLOAT_RANGE_SAMPLES = 256
 
 
-def check_float_range(images) -> None:
+def check_float_range(images, frames: int = 1) -> None:
     """Float images on the CPU must hold values near [0, 1]: ``images`` is an ``(N, C, H, W)``
-    tensor or a sequence of ``(C, H, W)`` tensors (a list, :class:`PackedImages`). Image 0 is read
+    tensor or a sequence of ``(C, H, W)`` tensors (a list, :class:`PackedImages`; clips flattened,
+    ``frames`` a clip: the error names the clip and frame). Image 0 is read
     whole (NaN anywhere in it is caught), every other image on a strided grid of about
     ``FLOAT_RANGE_SAMPLES`` pixels a channel (a 0-255 or normalized image among [0, 1] ones is
     caught; one NaN pixel off the grid is not). On a GPU nothing is read, as that would wait for
@@ -164,7 +165,7 @@ def check_float_range(images) -> None:
     low_high = torch.aminmax(first.float())
     if isinstance(low_high.min, FakeTensor):  # traced (fake mode): no values to check
         return
-    _refuse_out_of_range(0, float(low_high.min), float(low_high.max), first)
+    _refuse_out_of_range(_which(0, frames), float(low_high.min), float(low_high.max), first)
     if len(images) == 1:
         return
     if isinstance(images, Tensor):
@@ -181,18 +182,23 @@ def check_float_range(images) -> None:
     ok = (low >= FLOAT_RANGE[0]) & (high <= FLOAT_RANGE[1])  # False for NaN
     if not bool(ok.all()):
         i = int((~ok).nonzero()[0])
-        _refuse_out_of_range(i + 1, float(low[i]), float(high[i]))
+        _refuse_out_of_range(_which(i + 1, frames), float(low[i]), float(high[i]))
 
 
-def _refuse_out_of_range(index: int, low: float, high: float, image: Tensor | None = None) -> None:
-    """The ValueError for image ``index`` of a float batch, whose values (read whole where
+def _which(index: int, frames: int) -> str:
+    """Item ``index`` of a flattened batch, as a user names it: ``image 5``, ``clip 2, frame 1``."""
+    return f"image {index}" if frames == 1 else f"clip {index // frames}, frame {index % frames}"
+
+
+def _refuse_out_of_range(which: str, low: float, high: float, image: Tensor | None = None) -> None:
+    """The ValueError for the image ``which`` of a float batch, whose values (read whole where
     ``image`` is given, its NaNs then counted) span [low, high]; nothing where that is near [0, 1]."""
     if math.isnan(low) or math.isnan(high):
         counted = f", {int(image.isnan().sum())} of {image.numel()}" if image is not None else ""
-        raise ValueError(f"expected float images in [0, 1], got NaN values (image {index}{counted}): the decode "
+        raise ValueError(f"expected float images in [0, 1], got NaN values ({which}{counted}): the decode "
                          f"or the preprocessing before the pipeline produced them")
     if not (FLOAT_RANGE[0] <= low and high <= FLOAT_RANGE[1]):
         raise ValueError(
-            f"expected float images in [0, 1], got values in [{low:.4g}, {high:.4g}] (image {index}): 0-255 floats? "
+            f"expected float images in [0, 1], got values in [{low:.4g}, {high:.4g}] ({which}): 0-255 floats? "
             f"divide by 255 or pass the uint8 tensor; already normalized? pass the image before Normalize, "
             f"the pipeline normalizes")

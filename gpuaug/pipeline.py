@@ -284,8 +284,8 @@ class Pipeline(nn.Module):
     def forward(self, images, params: list[Params] | None = None, return_params: bool = False):
         if isinstance(images, Tensor):
             if self._graphs is not None and params is None and self._graphable():
-                items, _, _, _ = inspect_images(images)  # the checks an eager call makes first
-                check_float_range(items)
+                items, _, frames, _ = inspect_images(images)  # the checks an eager call makes first
+                check_float_range(items, frames)
                 out = self._graphs.run(self, images, return_params)
                 if out is not None:
                     return out
@@ -335,7 +335,7 @@ class Pipeline(nn.Module):
         else:
             params = self._check_params(params, n, sizes, frames)
         first = items if isinstance(items, Tensor) else items[0]
-        check_float_range(items)
+        check_float_range(items, frames)
         channels = first.shape[-3]
         kernels = None if own else _gpu_kernels(self.device)
         cpu_kernel = own and self.compute_dtype() == torch.float32  # the fused C color kernel (gpuaug.native)
