@@ -86,6 +86,9 @@ class Pipeline(nn.Module):
         if len(ops) == 1 and isinstance(ops[0], (list, tuple)):
             ops = tuple(ops[0])
         for op in ops:
+            if isinstance(op, type) and issubclass(op, Op):
+                raise TypeError(f"Pipeline expects gpuaug ops, got the class {op.__name__}: make one, "
+                                f"{op.__name__}(...)")
             if not isinstance(op, Op):
                 raise TypeError(f"Pipeline expects gpuaug ops, got {type(op).__name__}: {op!r}")
         first_rotation = next((i for i, op in enumerate(ops) if isinstance(op, RandomRotation)), len(ops))

@@ -582,3 +582,8 @@ def test_text_is_never_a_size_range_or_fill(name, slot, text):
     args, kwargs = slot(text)
     with pytest.raises((TypeError, ValueError)):
         getattr(ga, name)(*args, **kwargs)
+
+
+def test_an_op_class_instead_of_an_op_says_to_make_one():
+    with pytest.raises(TypeError, match=r"got the class RandomHorizontalFlip: make one, RandomHorizontalFlip\(\.\.\.\)"):
+        ga.Pipeline(ga.RandomResizedCrop(8), ga.RandomHorizontalFlip, device="cpu")
