@@ -75,6 +75,8 @@ class Pipeline(nn.Module):
 
     ``pipeline(images, return_params=True)`` also returns the drawn params (a list with one dict of
     tensors per op, first dimension B); ``pipeline(images, params=p)`` replays them exactly.
+    :meth:`get_rng_state` and :meth:`set_rng_state` save and restore the stream (checkpoints),
+    :meth:`manual_seed` restarts it.
 
     Under ``torch.compile`` a batch tensor is traced (a new size compiles anew); ragged input
     runs eagerly.
