@@ -7,7 +7,7 @@ import os
 import torch
 
 
-def select_device(device: str | torch.device | None = None) -> torch.device:
+def select_device(device: str | int | torch.device | None = None) -> torch.device:
     """Pick this process's device without touching CUDA more than needed.
 
     Order: the explicit ``device`` argument > the ``GPUAUG_DEVICE`` environment variable >

@@ -82,7 +82,7 @@ class Pipeline(nn.Module):
     runs eagerly.
     """
 
-    def __init__(self, *ops: Op, device=None, dtype: torch.dtype | None = None, seed: int | None = None,
+    def __init__(self, *ops: Op | Sequence[Op], device=None, dtype: torch.dtype | None = None, seed: int | None = None,
                  channels_last: bool = False, cuda_graph: bool = False):
         super().__init__()
         if len(ops) == 1 and isinstance(ops[0], (list, tuple)):

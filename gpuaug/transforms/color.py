@@ -255,7 +255,8 @@ class Normalize(ColorOp):
         mean, std: one number per channel, or one for all (``std`` > 0).
     """
 
-    def __init__(self, mean: Sequence[float], std: Sequence[float], inplace: bool = False):
+    def __init__(self, mean: float | Sequence[float] | Tensor, std: float | Sequence[float] | Tensor,
+                 inplace: bool = False):
         super().__init__()  # inplace: torchvision's, for ported code; no effect (the output is always new)
         mean_t, std_t = (_per_channel_values(name, v) for name, v in (("mean", mean), ("std", std)))
         if mean_t.numel() != std_t.numel() and 1 not in (mean_t.numel(), std_t.numel()):
