@@ -30,7 +30,7 @@ def inspect_images(images) -> tuple[list[Tensor] | Tensor, Sizes, int, bool]:
             frames = _frame_count([s[0] for s in images.shapes])
             items, sizes, _, _ = inspect_images(images.frames())
             return items, sizes, frames, True
-        check_image_tensor(images[0][None], "images")
+        check_image_tensor(images[0][None], "images", tuple(images[0].shape), _ITEM_FIX)
         shapes = set(images.shapes)
         if len({c for c, _, _ in shapes}) != 1 or any(h == 0 or w == 0 for _, h, w in shapes):
             raise ValueError(f"expected images of one channel count and non-zero height and width, got "
@@ -49,7 +49,7 @@ def inspect_images(images) -> tuple[list[Tensor] | Tensor, Sizes, int, bool]:
         if shapes is not None and all(len(s) == 3 for s in shapes):
             c, dtype = shapes[0][0], images[0].dtype
             if all(s[0] == c and s[1] and s[2] for s in shapes) and all(t.dtype == dtype for t in images):
-                check_image_tensor(images[0][None], "images")
+                check_image_tensor(images[0][None], "images", tuple(images[0].shape), _ITEM_FIX)
                 return list(images), Sizes(per_image=[(s[1], s[2]) for s in shapes]), 1, False
         _check_list(images)  # raises, naming the first bad item
         raise AssertionError("unreachable: the list was refused above")
@@ -59,7 +59,7 @@ def inspect_images(images) -> tuple[list[Tensor] | Tensor, Sizes, int, bool]:
     if images.dim() == 5:
         if images.shape[1] == 0:
             raise ValueError(f"expected clips with at least one frame, got shape {tuple(images.shape)}")
-        check_image_tensor(images.flatten(0, 1), "clips")
+        check_image_tensor(images.flatten(0, 1), "clips", tuple(images.shape), _CLIP_FIX)
         return images.flatten(0, 1), Sizes(uniform=tuple(images.shape[-2:])), images.shape[1], True
     if images.dim() != 4:
         raise ValueError(
@@ -80,7 +80,7 @@ def _check_list(images: list | tuple) -> None:
         if t.dim() != 3:
             raise ValueError(f"expected a list of (C, H, W) tensors, item {i} has shape {tuple(t.shape)}")
         if i == 0:
-            check_image_tensor(t[None], "images")
+            check_image_tensor(t[None], "images", tuple(t.shape), _ITEM_FIX)
         elif t.dtype != images[0].dtype or t.shape[0] != images[0].shape[0]:
             raise ValueError(
                 f"all images in a list need one dtype and channel count: item 0 is {images[0].dtype} "
@@ -123,7 +123,15 @@ def _convert_hint(value, dims: str) -> str:
     return ""
 
 
-def check_image_tensor(x: Tensor, what: str) -> None:
+_BATCH_FIX = ".permute(0, 3, 1, 2) makes (B, C, H, W)"
+_ITEM_FIX = "each image's .permute(2, 0, 1) makes (C, H, W)"
+_CLIP_FIX = ".permute(0, 1, 4, 2, 3) makes (B, T, C, H, W)"
+
+
+def check_image_tensor(x: Tensor, what: str, given: tuple | None = None, fix: str = _BATCH_FIX) -> None:
+    """``x``, images ``(N, C, H, W)``: uint8 or float, N > 0, C in {1, 3}, H and W > 0; else a
+    TypeError/ValueError naming ``what`` and the shape as ``given`` (default ``x``'s), with ``fix``,
+    how that form is made channels-first, where the last dim looks like channels."""
     if x.device.type == "meta":
         raise ValueError(f"expected {what} with data, got a tensor on the meta device (shape {tuple(x.shape)})")
     if x.dtype != torch.uint8 and not x.is_floating_point():
@@ -133,9 +141,11 @@ def check_image_tensor(x: Tensor, what: str) -> None:
     if x.shape[0] == 0:
         raise ValueError(f"expected a non-empty batch of {what}, got shape {tuple(x.shape)}")
     if x.shape[1] not in (1, 3):
-        hint = " (channels last? .permute(0, 3, 1, 2) makes (B, C, H, W))" if x.shape[-1] in (1, 3) else ""
-        raise ValueError(f"expected {what} with 1 or 3 channels in dim -3, got {x.shape[1]} (shape {tuple(x.shape)})"
-                         + hint)
+        hint = (f" (channels last? {fix})" if x.shape[-1] in (1, 3) else
+                " (RGBA? keep the color channels, [..., :3, :, :], or decode with ImageReadMode.RGB)"
+                if x.shape[1] == 4 else "")
+        shape = tuple(x.shape) if given is None else tuple(given)
+        raise ValueError(f"expected {what} with 1 or 3 channels in dim -3, got {x.shape[1]} (shape {shape})" + hint)
     if x.shape[-1] == 0 or x.shape[-2] == 0:
         raise ValueError(f"expected {what} with non-zero height and width, got shape {tuple(x.shape)}")
 
