@@ -1,6 +1,7 @@
 """Video clips: frame folders, packed clips (round trip, corruption), and one draw per clip."""
 
 import multiprocessing
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -445,3 +446,17 @@ def test_pack_refuses_a_destination_that_is_a_class_or_video_folder_of_the_sourc
     assert f"is the {where.split(',')[0]} folder" in capsys.readouterr().err
     assert sorted(p.relative_to(src) for p in src.rglob("*")) == before
     assert FrameFolder(src).classes == ["class0", "class1"] and len(FrameFolder(src)) == 3
+
+
+def test_a_class_folder_holding_the_packs_mark_is_named_not_silently_dropped(frames_root, tmp_path):
+    """A class folder marked as packs (by hand, or by `gpuaug pack data data/<class>` before that
+    was refused) is left out of the classes; it holds video folders of frames, so a warning names
+    it and the mark to delete. A real folder of packs inside the frames warns of nothing."""
+    src = _aged_copy(frames_root, tmp_path / "src")
+    ga.data.pack_folder(src, src / "packed", progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the packs' own folder: no warning
+        assert FrameFolder(src).classes == ["class0", "class1"]
+    (src / "class1" / ".gpuaug-packs").touch()
+    with pytest.warns(RuntimeWarning, match=r"class1' holds \.gpuaug-packs .* video folders of frames \(video1\)"):
+        assert FrameFolder(src).classes == ["class0"]

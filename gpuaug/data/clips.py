@@ -56,7 +56,9 @@ def _videos(root: Path, is_video, allow_empty: bool) -> tuple[list[str], list[tu
     destination, marked) are neither classes nor videos."""
     if not root.is_dir():
         raise FileNotFoundError(f"clip root {str(root)!r} is not a directory")
-    classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and not _holds_packs(e.path))
+    folders = [e for e in os.scandir(root) if e.is_dir()]
+    _warn_of_marked_frame_folders([e.path for e in folders if _holds_packs(e.path)])
+    classes = sorted(e.name for e in folders if not _holds_packs(e.path))
     # Sorted by video name, a pack's without its ".pack": PackedClips lists its videos in
     # FrameFolder's order (by full name "v1-b.pack" would come before "v1.pack", "v1" before "v1-b").
     by_name = lambda p: p.name.removesuffix(".pack")  # noqa: E731
@@ -73,6 +75,20 @@ def _videos(root: Path, is_video, allow_empty: bool) -> tuple[list[str], list[tu
 
 def _holds_packs(folder) -> bool:
     return os.path.exists(os.path.join(folder, PACKS_MARK))
+
+
+def _warn_of_marked_frame_folders(marked: list[str]) -> None:
+    """Warn of folders left out as packs (marked) that hold video folders of JPEG frames: a class
+    folder marked by mistake (``gpuaug pack data data/<class>`` before it was refused) would
+    otherwise vanish from the labels without a word."""
+    for folder in marked:
+        videos = [e.name for e in os.scandir(folder) if e.is_dir() and
+                  any(f.lower().endswith(_FRAME_EXTENSIONS) for f in os.listdir(e.path))]
+        if videos:
+            warnings.warn(f"gpuaug: {folder!r} holds {PACKS_MARK} (a folder of packs, read as neither a class "
+                          f"nor a video) but also video folders of frames ({', '.join(sorted(videos)[:3])}"
+                          f"{', ...' if len(videos) > 3 else ''}): it is left out; if it is a class, delete "
+                          f"{os.path.join(folder, PACKS_MARK)!r}", RuntimeWarning, stacklevel=4)
 
 
 def _natural_key(name: str) -> list:
