@@ -81,9 +81,14 @@ def _warn_of_marked_frame_folders(marked: list[str]) -> None:
     """Warn of folders left out as packs (marked) that hold video folders of JPEG frames: a class
     folder marked by mistake (``gpuaug pack data data/<class>`` before it was refused) would
     otherwise vanish from the labels without a word."""
+    def has_frames(path: str) -> bool:
+        try:
+            return any(f.lower().endswith(_FRAME_EXTENSIONS) for f in os.listdir(path))
+        except OSError:  # unreadable: not this check's to report
+            return False
+
     for folder in marked:
-        videos = [e.name for e in os.scandir(folder) if e.is_dir() and
-                  any(f.lower().endswith(_FRAME_EXTENSIONS) for f in os.listdir(e.path))]
+        videos = [e.name for e in os.scandir(folder) if e.is_dir() and has_frames(e.path)]
         if videos:
             warnings.warn(f"gpuaug: {folder!r} holds {PACKS_MARK} (a folder of packs, read as neither a class "
                           f"nor a video) but also video folders of frames ({', '.join(sorted(videos)[:3])}"
