@@ -1177,8 +1177,9 @@ def test_bad_arguments():
         ImageFiles("a.jpg")  # would be five "files": 'a', '.', 'j', 'p', 'g'
     with pytest.raises(FileNotFoundError):
         ImageFolder("/nonexistent/folder")
-    with pytest.raises(ValueError, match="prefetch"):
-        ga.DeviceLoader([], device="cpu", prefetch=0)
+    for prefetch in (0, True, 1.5):  # True was taken as 1
+        with pytest.raises(ValueError, match="prefetch"):
+            ga.DeviceLoader([], device="cpu", prefetch=prefetch)
     for batch, words in (({"image": torch.zeros(1, 3, 4, 4)}, "got dict"),
                          ((torch.zeros(1, 3, 4, 4),), "a tuple of 1 items"),
                          (torch.zeros(2, 3, 4, 4), r"a tensor of shape \(2, 3, 4, 4\)")):

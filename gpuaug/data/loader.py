@@ -59,7 +59,7 @@ class DeviceLoader:
     """
 
     def __init__(self, loader, pipeline=None, device=None, prefetch: int = 2, on_error: str | None = None):
-        if not isinstance(prefetch, int) or prefetch < 1:
+        if not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 1:
             raise ValueError(f"prefetch should be an int >= 1, got {prefetch!r}")
         if pipeline is not None and not callable(pipeline):
             raise TypeError(f"pipeline should be a gpuaug.Pipeline (or None), got {type(pipeline).__name__}: "
