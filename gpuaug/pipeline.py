@@ -217,9 +217,10 @@ class Pipeline(nn.Module):
             raise TypeError(f"state should be what get_rng_state() returns, a 1-D uint8 tensor, got {got}")
         self._refuse_meta()
         generator = torch.Generator(device=self.device)  # a new one: recorded CUDA graphs re-record
-        if state.numel() != generator.get_state().numel():
+        size = generator.get_state().numel()
+        if state.numel() != size:
             raise ValueError(f"state has {state.numel()} bytes, a {self.device.type} generator's has "
-                             f"{generator.get_state().numel()}: it was saved from a pipeline on another device "
+                             f"{size}: it was saved from a pipeline on another device "
                              f"type, whose stream this one cannot continue")
         try:
             generator.set_state(state.cpu())
@@ -267,12 +268,12 @@ class Pipeline(nn.Module):
         # generator cannot move): the new one is seeded from the old one's state, read on the host
         # (a CUDA generator's seed and offset: no wait for the device), so no draw repeats.
         owner = _owner()
-        worker = torch.utils.data.get_worker_info()
+        worker_seed = owner[1]
         if self._generator is None or self._generator.device != self.device or self._owner != owner:
             if self._generator is not None and self._owner == owner:
                 seed = _seed_from_state(self._generator.get_state())
             else:
-                seed = self.seed if worker is None else hash((self.seed, worker.seed)) & (2**63 - 1)
+                seed = self.seed if worker_seed is None else hash((self.seed, worker_seed)) & (2**63 - 1)
             self._generator = torch.Generator(device=self.device)
             self._generator.manual_seed(seed)
             self._owner = owner

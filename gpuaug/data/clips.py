@@ -212,9 +212,9 @@ def pack_folder(src, dst, progress: bool = True, on_error: str = "raise", force:
     packs = Path(dst).resolve()
     # DST a class or video folder of SRC: the mark written there would hide it (and its frames)
     # from FrameFolder and from every later run, and its videos would be taken for DST's own.
-    for folder in [*(Path(src) / c for c in src_ds.classes), *(Path(v) for v, _ in src_ds.videos)]:
+    for kind, folder in [*(("class", Path(src) / c) for c in src_ds.classes),
+                         *(("video", Path(v)) for v, _ in src_ds.videos)]:
         if packs == folder.resolve():
-            kind = "class" if folder.parent.resolve() == Path(src).resolve() else "video"
             raise ValueError(f"dst {str(dst)!r} is the {kind} folder {str(folder)!r} of src: packs there would hide "
                              f"it from FrameFolder; pack into a folder of its own (e.g. {str(Path(src) / 'packed')!r}, "
                              f"or outside src) or into src itself")

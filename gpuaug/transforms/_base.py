@@ -282,10 +282,13 @@ def check_resize_filter(interpolation, antialias, op: str) -> tuple[str, bool]:
     return mode, antialias
 
 
+# Sequences to Python (``b"ab"`` is ``(97, 98)``), but never a size, a range, a fill or a mean.
+TEXT_TYPES = (str, bytes, bytearray)
+
+
 def is_sequence(value) -> bool:
-    """A sequence of values, not text: ``str``, ``bytes`` and ``bytearray`` are sequences to Python
-    (``b"ab"`` is ``(97, 98)``) but never a size, a range or a fill."""
-    return isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray))
+    """A sequence of values, not text (:data:`TEXT_TYPES`)."""
+    return isinstance(value, Sequence) and not isinstance(value, TEXT_TYPES)
 
 
 def check_range(values, name: str) -> tuple[float, float]:

@@ -11,7 +11,7 @@ from torch import Tensor
 from ..functional.color import adjust_hue, gray_rows, mix_channels, normalize, scaled_identity
 from ..cpu import own_path
 from ..native import OP_BRIGHTNESS, OP_CONTRAST, OP_HUE, OP_NONE, OP_SATURATION
-from ._base import Draw, Op, Params, Sizes, check_probability, refuse_params, setup_range, to_device
+from ._base import TEXT_TYPES, Draw, Op, Params, Sizes, check_probability, refuse_params, setup_range, to_device
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -236,7 +236,7 @@ class RandomGrayscale(ColorOp):
 def _per_channel_values(name: str, value) -> Tensor:
     """``value`` (a number, a sequence of numbers, an array or a tensor) as a ``(n,)`` float32 CPU
     tensor, n >= 1; a TypeError or ValueError naming ``name`` for anything else."""
-    if isinstance(value, (str, bytes, bytearray)):
+    if isinstance(value, TEXT_TYPES):
         raise TypeError(f"{name} should be a number or a sequence of numbers (one per channel), got {value!r}")
     try:
         values = torch.as_tensor(value, dtype=torch.float32, device="cpu").flatten()

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from ..functional.geometry import PAD_MODES, flip_matrix, rotation_matrix
-from ._base import (Draw, Op, Params, Sizes, check_interpolation, check_probability, check_range, check_resize_filter,
+from ._base import (TEXT_TYPES, Draw, Op, Params, Sizes, check_interpolation, check_probability, check_range, check_resize_filter,
                     is_sequence, refuse_params, setup_size, to_device)
 
 
@@ -578,7 +578,7 @@ class RandomRotation(GeometricOp):
             if degrees < 0:
                 raise ValueError("If degrees is a single number, it must be positive.")
             degrees = (-degrees, degrees)
-        elif isinstance(degrees, (str, bytes, bytearray)):  # torchvision: a ValueError (length or float())
+        elif isinstance(degrees, TEXT_TYPES):  # torchvision: a ValueError (length or float())
             raise ValueError(f"degrees should be a number or a sequence of two numbers, got {degrees!r}")
         elif not is_sequence(degrees):
             raise TypeError(f"degrees should be a number or a sequence of length 2, got {type(degrees).__name__}")
