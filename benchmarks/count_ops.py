@@ -177,7 +177,7 @@ def _count(args) -> None:
         pipeline_module._gpu_kernels = lambda device, kernel=kernel: kernel
         pipe = ga.Pipeline(*ops, ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD), device="cpu", dtype=torch.float16, seed=0)
         for op in (pipe.ops[i] for i in pipe._color_at):
-            op.apply = _labelled(op.apply, type(op).__name__)
+            op.apply_transform = _labelled(op.apply_transform, type(op).__name__)
         pipe._color_gpu = _labelled(pipe._color_gpu, "color (Triton)")
         _measure(pipe, x, args.calls, args.ops, label)
 

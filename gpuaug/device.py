@@ -51,7 +51,7 @@ def _checked(device: torch.device, source: str) -> torch.device:
             raise ValueError(f"{source} asks for {device} but only {torch.cuda.device_count()} CUDA device(s) are visible")
     elif device.type not in ("cpu", "meta"):  # mps, xpu, ...: torch's own error says only that an op failed
         backend = getattr(torch, device.type, None)
-        if callable(getattr(backend, "is_available", None)) and not backend.is_available():
+        if backend is not None and callable(getattr(backend, "is_available", None)) and not backend.is_available():
             raise ValueError(f"{source} asks for {device} but this machine has none "
                              f"(torch.{device.type}.is_available() is False)")
     return device

@@ -403,7 +403,7 @@ class Pipeline(nn.Module):
                 if out is not None:  # CUDA: one part, the whole batch
                     break
             for op, p in color:
-                x = op.apply(x, {k: _take(v, part) for k, v in p.items()})
+                x = op.apply_transform(x, {k: _take(v, part) for k, v in p.items()})
             if len(parts) == 1:  # a slice of everything: the batch's own order
                 out = x
                 break

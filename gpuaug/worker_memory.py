@@ -39,7 +39,7 @@ _PAGE = 4096
 # Worker side (each worker process has its own): the slots, and their flags in shared memory
 # (int32, 1 while lent), which the main process clears. ``_pid`` is the process they belong to:
 # a forked process inherits them and must not lend them too.
-_slots: list[torch.UntypedStorage] = []
+_slots: list[torch.UntypedStorage | None] = []
 _flags: Tensor | None = None
 _pid: int | None = None
 _reusing = False
@@ -86,7 +86,7 @@ def output(like: Tensor, numel: int) -> Tensor | None:
     storage = _take_slot(nbytes) if _reusing else None
     if storage is None:
         storage = torch.UntypedStorage._new_shared(nbytes)
-    return torch.empty(0, dtype=like.dtype, device="cpu").set_(storage, 0, (numel,))
+    return torch.empty(0, dtype=like.dtype, device="cpu").set_(storage, 0, (numel,), (1,))
 
 
 def _take_slot(nbytes: int) -> torch.UntypedStorage | None:

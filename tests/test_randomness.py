@@ -340,6 +340,30 @@ def test_pipeline_is_a_module_with_a_readable_repr():
     assert pipe.to("cpu").device == torch.device("cpu")
 
 
+def test_a_model_holding_a_pipeline_takes_module_apply():
+    """``model.apply(init_weights)`` walks every submodule, a pipeline's ops too: an op's own
+    ``apply`` (ColorJitter's once was) broke it with a TypeError."""
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    model.augment = ga.Pipeline(*(make() for make in OPS.values()), device="cpu", seed=0)
+    seen = []
+    model.apply(seen.append)
+    assert {type(op) for op in model.augment.ops} <= {type(m) for m in seen}
+    x = torch.randint(0, 256, (2, 3, 64, 72), dtype=torch.uint8)
+    alike = ga.Pipeline(*(make() for make in OPS.values()), device="cpu", seed=0)
+    torch.testing.assert_close(model.augment(x), alike(x), rtol=0, atol=0)
+
+
+def test_ops_leave_nn_modules_methods_alone():
+    """No op redefines a public method of nn.Module (``apply``, ``train``, ``to``, ...), which
+    torch and users call on every submodule; Pipeline's dtype and device moves keep their meaning."""
+    public = {name for name in dir(torch.nn.Module) if not name.startswith("_")} - {"forward", "extra_repr"}
+    ops = {cls for cls in vars(ga).values() if isinstance(cls, type) and issubclass(cls, torch.nn.Module)}
+    for cls in ops - {ga.Pipeline}:
+        for klass in cls.__mro__[:cls.__mro__.index(torch.nn.Module)]:
+            assert not public & set(vars(klass)), f"{klass.__name__} redefines {public & set(vars(klass))}"
+    assert public & set(vars(ga.Pipeline)) == {"to", "half", "float", "double", "bfloat16"}
+
+
 # ---- one property harness for every op (torchvision's check_kernel, adapted) -------------------
 
 OPS = {

@@ -91,23 +91,26 @@ class Sizes:
     """Host-side ``(height, width)`` of each image at some point of the pipeline.
 
     ``per_image`` is a list with one ``(h, w)`` per draw, or ``None`` when every image has the
-    same ``uniform`` size. Sizes are tensor metadata, so computing them never syncs with the device.
+    same ``uniform`` size (exactly one of the two is None). Sizes are tensor metadata, so computing
+    them never syncs with the device.
     """
 
-    def __init__(self, uniform: tuple[int, int] | None = None, per_image: list[tuple[int, int]] | None = None):
+    def __init__(self, uniform: Sequence[int] | None = None, per_image: list[tuple[int, int]] | None = None):
         if per_image is not None and len(set(per_image)) == 1:
             uniform, per_image = per_image[0], None
-        self.uniform, self.per_image = uniform, per_image
+        # a tuple: a hashable key (a torch.Size or list would not be)
+        self.uniform: tuple[int, int] | None = None if uniform is None else (uniform[0], uniform[1])
+        self.per_image = per_image
         self._array: np.ndarray | None = None
         self._pairs: Tensor | None = None
-        self._rows: dict = {}  # (rule, settings) -> rows(rule, *settings)
+        self._rows: dict[tuple, np.ndarray] = {}  # (rule, settings) -> rows(rule, *settings)
         self._maps: dict = {}  # (rule, settings) -> map(rule, *settings)
 
     def array(self) -> np.ndarray:
         """``(n, 2)`` int64 ``[height, width]`` rows of ``per_image`` (``(1, 2)`` where uniform),
         made once: ragged batches ask for them several times a call."""
         if self._array is None:
-            self._array = int_table(self.per_image or [self.uniform], 2)
+            self._array = int_table([self.uniform] if self.per_image is None else self.per_image, 2)
         return self._array
 
     def __getitem__(self, part: slice | Tensor) -> Sizes:
@@ -135,8 +138,8 @@ class Sizes:
         about as many sizes as images: ~0.4 ms for 256 sizes a row at a time in Python), kept on
         this object (asked for several times a call). One size: ``[row]``, a tuple, kept for the
         process per (rule, settings, size): a numpy pass over one row costs ~18 us a call."""
-        if self.per_image is None:
-            hw = tuple(self.uniform)
+        if self.uniform is not None:
+            hw = self.uniform
             row = _ONE_ROWS.get((rule, settings, hw))
             return [_one_row(rule, settings, hw) if row is None else row]
         key = (rule, settings)
@@ -149,11 +152,11 @@ class Sizes:
         key = (rule, settings)
         if key not in self._maps:
             out = self.rows(rule, *settings)
-            self._maps[key] = Sizes(uniform=out[0]) if self.per_image is None else Sizes.of_rows(out)
+            self._maps[key] = Sizes(uniform=out[0]) if isinstance(out, list) else Sizes.of_rows(out)
         return self._maps[key]
 
     def max(self) -> tuple[int, int]:
-        if self.per_image is None:
+        if self.uniform is not None:
             return self.uniform
         h, w = self.array().max(0).tolist()
         return h, w
@@ -161,7 +164,7 @@ class Sizes:
     def pairs(self, n: int, device) -> Tensor:
         """``(n, 2)`` float32 ``[height, width]`` rows on ``device``: one non-blocking copy, made
         once (an expanded view of one row where the sizes are uniform). Not to be changed in place."""
-        if self.per_image is None:
+        if self.uniform is not None:
             return to_device(self.uniform, device).expand(n, 2)
         if self._pairs is None or self._pairs.device != torch.device(device):  # asked for several times a call
             self._pairs = to_device(self.array(), device)
@@ -220,7 +223,7 @@ class Op(nn.Module):
         """What a recorded call (:mod:`gpuaug.cuda_graph`) bakes in of this op, as comparable host
         values: how often its settings were set, and its buffers' identities and versions (an
         in-place edit, as ``load_state_dict`` makes, bumps a version)."""
-        return self.__dict__.get("settings_changed", 0), *((id(b), b._version) for b in self._buffers.values())
+        return self.__dict__.get("settings_changed", 0), *((id(b), b._version) for b in self._buffers.values() if b is not None)
 
     def make_params(self, draw: Draw) -> Params:
         return {}
@@ -240,7 +243,7 @@ class Op(nn.Module):
 def check_probability(p) -> float:
     if not isinstance(p, numbers.Real):
         raise TypeError(f"`p` should be a floating point value in the interval [0.0, 1.0], got {type(p).__name__}")
-    if not 0.0 <= p <= 1.0:
+    if not 0.0 <= float(p) <= 1.0:
         raise ValueError("`p` should be a floating point value in the interval [0.0, 1.0].")
     return float(p)
 
@@ -304,10 +307,10 @@ def check_range(values, name: str) -> tuple[float, float]:
 
 def setup_size(size, error_msg: str = "Please provide only two dimensions (h, w) for size.") -> tuple[int, int]:
     """An int ``s`` -> ``(s, s)``; a sequence of one or two positive ints -> ``(h, w)``."""
-    if isinstance(size, numbers.Number) and not isinstance(size, bool):
+    if isinstance(size, numbers.Real) and not isinstance(size, bool):
         if not math.isfinite(size):  # int() would raise OverflowError or ValueError of its own
             raise ValueError(f"size should be a positive integer, got {size}")
-        size = (int(size), int(size))
+        size = (math.trunc(size), math.trunc(size))
     elif is_sequence(size) and len(size) == 1:
         size = (size[0], size[0])
     elif not is_sequence(size):
@@ -324,7 +327,7 @@ def setup_range(value, name: str, center: float = 1.0, bound=(0, float("inf")), 
     returns ``None`` when the range is the identity."""
     if value is None:
         return None
-    if isinstance(value, numbers.Number):
+    if isinstance(value, numbers.Real):
         if value < 0:
             raise ValueError(f"If {name} is a single number, it must be non negative.")
         value = [center - value, center + value]

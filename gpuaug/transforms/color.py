@@ -22,9 +22,9 @@ assert (OP_CONTRAST, OP_SATURATION, OP_HUE) == (OP_BRIGHTNESS + 1, OP_BRIGHTNESS
 
 
 class ColorOp(Op):
-    """An op that changes values, not positions: ``apply(x, params)`` on ``(B, C, h, w)`` float."""
+    """An op that changes values, not positions: ``apply_transform(x, params)`` on ``(B, C, h, w)`` float."""
 
-    def apply(self, x: Tensor, params: Params) -> Tensor:
+    def apply_transform(self, x: Tensor, params: Params) -> Tensor:
         raise NotImplementedError
 
     def group_key(self, params: Params) -> Tensor | None:
@@ -38,7 +38,7 @@ class ColorOp(Op):
         """This op as per-sample steps of the fused color kernels (:mod:`gpuaug.native` on the
         CPU, :mod:`gpuaug.gpu_kernels` on CUDA): ``(B, S)`` int32 op codes and ``(B, S)`` float32
         factors, run left to right; ``None`` if the op cannot be written so (the pipeline then
-        uses :meth:`apply`)."""
+        uses :meth:`apply_transform`)."""
         return None
 
 
@@ -164,7 +164,7 @@ class ColorJitter(ColorOp):
             return None
         return _hue_step(self._steps(params)[0])
 
-    def apply(self, x: Tensor, params: Params) -> Tensor:
+    def apply_transform(self, x: Tensor, params: Params) -> Tensor:
         steps, factor = self._steps(params)
         n = steps.shape[1]
         if self.hue is None:
@@ -224,7 +224,7 @@ class RandomGrayscale(ColorOp):
         codes = torch.where(gray, OP_SATURATION, OP_NONE).to(torch.int32)
         return codes, torch.zeros(gray.shape, dtype=torch.float32, device=gray.device)
 
-    def apply(self, x: Tensor, params: Params) -> Tensor:
+    def apply_transform(self, x: Tensor, params: Params) -> Tensor:
         if x.shape[1] == 1:
             return x
         # A gray sample's color matrix has the luma weights in every row; others get the identity.
@@ -293,7 +293,7 @@ class Normalize(ColorOp):
             raise ValueError(f"Normalize has {n} channels of mean/std, images have {channels}")
         return tuple(t if t.numel() == channels else t.expand(channels).contiguous() for t in (self.mean, self.inv_std))
 
-    def apply(self, x: Tensor, params: Params) -> Tensor:
+    def apply_transform(self, x: Tensor, params: Params) -> Tensor:
         mean, inv_std = self.values(x.shape[1])
         return normalize(x, mean, inv_std=inv_std)
 

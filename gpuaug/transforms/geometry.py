@@ -174,7 +174,7 @@ class RandomResizedCrop(GeometricOp):
         n, device = draw.n, draw.device
         size = draw.sizes.pairs(n, device)  # (n, 2)
         u = draw.rand(22)
-        if draw.sizes.per_image is None:  # the image's area times scale[0] and times the scale's width
+        if draw.sizes.uniform is not None:  # the image's area times scale[0] and times the scale's width
             low, width = to_device(self._area_range(draw.sizes.uniform), device)
         else:  # computed here: a host array of them would be one more copy a call
             area = size[:, :1] * size[:, 1:]
@@ -261,7 +261,7 @@ class Resize(GeometricOp):
         if size is None:  # torchvision's error
             if max_size is None:
                 raise ValueError("max_size must be an integer when size is None, but got None instead.")
-            self.size = None
+            self.size: int | tuple[int, int] | None = None
         else:
             if is_sequence(size) and len(size) == 1:
                 size = size[0]  # [s] means the shorter side, as an int does (torchvision's TorchScript form)
@@ -316,8 +316,8 @@ class Resize(GeometricOp):
 
     def max_scale(self, sizes: Sizes) -> tuple[float, float]:
         out = self.output_sizes(sizes)
-        if sizes.per_image is None:  # no numpy: under torch.compile its arrays were graph breaks
-            return sizes.uniform[0] / out.uniform[0], sizes.uniform[1] / out.uniform[1]
+        if sizes.uniform is not None and out.uniform is not None:  # no numpy: under torch.compile its arrays
+            return sizes.uniform[0] / out.uniform[0], sizes.uniform[1] / out.uniform[1]  # were graph breaks
         y, x = (sizes.array() / out.array()).max(0).tolist()
         return y, x
 
@@ -426,8 +426,8 @@ class RandomCrop(GeometricOp):
         """``[top_min, left_min, top_range, left_range]`` for images of sizes ``hw`` (``(n, 2)``
         int64) -> ``(n, 4)`` int64: the corner is ``min + randint(range + 1)``, host-side;
         torchvision's checks and messages (naming the first image that fails them)."""
-        (left, top, right, bottom), (ch, cw), h, w = padding, size, hw[:, 0], hw[:, 1]
-        top, left = np.full_like(h, top), np.full_like(w, left)
+        (pad_left, pad_top, right, bottom), (ch, cw), h, w = padding, size, hw[:, 0], hw[:, 1]
+        top, left = np.full_like(h, pad_top), np.full_like(w, pad_left)
         ph, pw = h + top + bottom, w + left + right
         if pad_if_needed:
             dh, dw = np.maximum(ch - ph, 0), np.maximum(cw - pw, 0)
@@ -479,9 +479,9 @@ def parse_fill(fill) -> tuple[float, ...]:
     """A fill value, a number or one number per channel in the [0, 1] range of gpuaug's float
     images -> a tuple of floats; TypeError/ValueError for anything else (255, torchvision's white
     for uint8 images, included)."""
-    values = [fill] if isinstance(fill, numbers.Number) else fill
+    values = [fill] if isinstance(fill, numbers.Real) else fill
     if not is_sequence(values) or not values or \
-            not all(isinstance(f, numbers.Number) for f in values):
+            not all(isinstance(f, numbers.Real) for f in values):
         raise TypeError(f"fill should be a number or a sequence of numbers, got {fill!r}")
     values = tuple(float(f) for f in values)
     if not all(0.0 <= f <= 1.0 for f in values):
@@ -574,7 +574,7 @@ class RandomRotation(GeometricOp):
                 raise ValueError(f"center should be a sequence of two finite numbers (x, y), got {center!r}")
             center = (float(center[0]), float(center[1]))
         self.center = center
-        if isinstance(degrees, numbers.Number):
+        if isinstance(degrees, numbers.Real):
             if degrees < 0:
                 raise ValueError("If degrees is a single number, it must be positive.")
             degrees = (-degrees, degrees)
