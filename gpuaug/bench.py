@@ -30,6 +30,7 @@ import platform
 import statistics
 import time
 import warnings
+from collections.abc import Callable
 from datetime import date
 
 import torch
@@ -120,7 +121,7 @@ def _jobs(device: torch.device, ragged: list[torch.Tensor]):
     tv = torchvision_transform()
     ours = gpuaug_pipeline(device)
     kornia = kornia_augment(device)
-    jobs = []
+    jobs: list[tuple[str, Callable[[], object], int]] = []
     if device.type == "cpu":
         jobs.append((TORCHVISION_PER_SAMPLE, lambda: [tv(img) for img in ragged], 1))
     if kornia is not None:

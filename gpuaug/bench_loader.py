@@ -17,6 +17,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -117,7 +118,7 @@ def run(root=None, n_files: int = 192, num_workers: int = 2, batch_size: int = 3
         kwargs = dict(batch_size=batch_size, num_workers=num_workers, pin_memory=device.type == "cuda",
                       persistent_workers=False)
         seconds, waited, images = simulated_loop(DataLoader(with_transforms, shuffle=False, **kwargs), step_ms)
-        rows = [{"setup": "workers: decode + torchvision v2 transforms", "device": "cpu (workers)",
+        rows: list[dict[str, Any]] = [{"setup": "workers: decode + torchvision v2 transforms", "device": "cpu (workers)",
                  "worker_images_per_s": cap_tv, "loop_images_per_s": images / seconds,
                  "data_wait_fraction": waited / seconds}]
         bar.update()

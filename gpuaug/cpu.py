@@ -95,7 +95,8 @@ def chunks(color: list[tuple], n: int, frames: int, grouped: bool = True,
     counts = torch.bincount(group.long()).tolist()
     if len(counts) == 1:  # one group: the batch's own order
         return [slice(start, start + step) for start in range(0, n, step)]
-    order, parts, begin = torch.argsort(group, stable=True), [], 0
+    order, begin = torch.argsort(group, stable=True), 0
+    parts: list[slice | Tensor] = []
     for count in counts:
         parts += [order[i:min(i + step, begin + count)] for i in range(begin, begin + count, step)]
         begin += count

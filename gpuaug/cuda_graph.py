@@ -68,7 +68,7 @@ class GraphedCalls:
         return {}
 
     def __setstate__(self, state):
-        self.__init__()
+        GraphedCalls.__init__(self)
 
     def __deepcopy__(self, memo):
         return GraphedCalls()

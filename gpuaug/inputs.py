@@ -16,7 +16,7 @@ from .transforms._base import Sizes
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
-def inspect_images(images) -> tuple[list[Tensor] | Tensor, Sizes, int, bool]:
+def inspect_images(images) -> tuple[list[Tensor] | Tensor | PackedImages, Sizes, int, bool]:
     """Validate the input without touching its data: -> the images as a list of ``(C, H, W)``
     or an ``(N, C, H, W)`` tensor (clips flattened) or a :class:`PackedImages`, their sizes,
     frames per clip, is-clip."""
@@ -37,7 +37,7 @@ def inspect_images(images) -> tuple[list[Tensor] | Tensor, Sizes, int, bool]:
                              f"shapes {sorted(shapes)}")
         if len(shapes) == 1:  # one size: already a batch
             return images.flat.view(len(images), *images.shapes[0]), Sizes(uniform=images.shapes[0][1:]), 1, False
-        return images, Sizes(per_image=[s[1:] for s in images.shapes]), 1, False
+        return images, Sizes(per_image=[(s[1], s[2]) for s in images.shapes]), 1, False
     if isinstance(images, (list, tuple)):
         if len(images) == 0:
             raise ValueError("expected a non-empty batch of images, got an empty list")
@@ -45,12 +45,12 @@ def inspect_images(images) -> tuple[list[Tensor] | Tensor, Sizes, int, bool]:
             frames = _frame_count([t.shape[0] for t in images])
             items, sizes, _, _ = inspect_images([f for clip in images for f in clip.unbind(0)])
             return items, sizes, frames, True
-        shapes = [t.shape for t in images] if all(isinstance(t, Tensor) for t in images) else None
-        if shapes is not None and all(len(s) == 3 for s in shapes):
-            c, dtype = shapes[0][0], images[0].dtype
-            if all(s[0] == c and s[1] and s[2] for s in shapes) and all(t.dtype == dtype for t in images):
+        item_shapes = [t.shape for t in images] if all(isinstance(t, Tensor) for t in images) else None
+        if item_shapes is not None and all(len(s) == 3 for s in item_shapes):
+            c, dtype = item_shapes[0][0], images[0].dtype
+            if all(s[0] == c and s[1] and s[2] for s in item_shapes) and all(t.dtype == dtype for t in images):
                 check_image_tensor(images[0][None], "images", tuple(images[0].shape), _ITEM_FIX)
-                return list(images), Sizes(per_image=[(s[1], s[2]) for s in shapes]), 1, False
+                return list(images), Sizes(per_image=[(s[1], s[2]) for s in item_shapes]), 1, False
         _check_list(images)  # raises, naming the first bad item
         raise AssertionError("unreachable: the list was refused above")
     if not isinstance(images, Tensor):
@@ -106,7 +106,7 @@ def checked_dtype(dtype) -> torch.dtype | None:
 def checked_seed(seed) -> int:
     if isinstance(seed, bool) or not isinstance(seed, (int, Integral)):
         raise TypeError(f"seed should be an int (or None), got {type(seed).__name__}: {seed!r}")
-    if not -(2**63) <= seed < 2**64:  # torch.Generator.manual_seed's range: else it fails at the first draw
+    if not -(2**63) <= int(seed) < 2**64:  # torch.Generator.manual_seed's range: else it fails at the first draw
         raise ValueError(f"seed should be in [-2**63, 2**64 - 1], torch.Generator's range, got {seed}")
     return int(seed)
 

@@ -32,24 +32,27 @@ class PackedTensors(Sequence):
     """
 
     NDIMS: tuple[int, ...] | None = None
-    NOUN = "items"  # what the repr counts
     SHAPES = "one shape per item"  # what shapes must be, for errors
     PER_ITEM: tuple[str, ...] = ()  # a subclass's attributes holding one value per item (sliced with the items)
+
+    def noun(self) -> str:
+        """What the repr counts."""
+        return "items"
 
     def __init__(self, flat: Tensor, shapes: Sequence[Sequence[int]]):
         if not isinstance(flat, Tensor) or flat.dim() != 1:
             raise ValueError(f"expected a 1-D tensor for flat, got "
                              f"{tuple(flat.shape) if isinstance(flat, Tensor) else type(flat).__name__}")
-        shapes = tuple(tuple(int(d) for d in s) for s in shapes)
-        if self.NDIMS is not None and (len({len(s) for s in shapes}) > 1 or any(len(s) not in self.NDIMS for s in shapes)):
-            raise ValueError(f"expected {self.SHAPES} in shapes, got {shapes}")
+        rows = tuple(tuple(int(d) for d in s) for s in shapes)
+        if self.NDIMS is not None and (len({len(s) for s in rows}) > 1 or any(len(s) not in self.NDIMS for s in rows)):
+            raise ValueError(f"expected {self.SHAPES} in shapes, got {rows}")
         offsets, total = [], 0
-        for s in shapes:
+        for s in rows:
             offsets.append(total)
             total += math.prod(s)
         if total != flat.numel():
             raise ValueError(f"shapes hold {total} elements, flat has {flat.numel()}")
-        self.flat, self.shapes, self.offsets = flat, shapes, tuple(offsets)
+        self.flat, self.shapes, self.offsets = flat, rows, tuple(offsets)
 
     @staticmethod
     def concatenate(tensors: Sequence[Tensor]) -> Tensor:
@@ -142,7 +145,7 @@ class PackedTensors(Sequence):
         return _restore, (type(self), self.__dict__)  # one tensor between processes, not one per item
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({len(self)} {self.NOUN}, {self.dtype}, {self.device}, shapes={list(self.shapes)})"
+        return f"{type(self).__name__}({len(self)} {self.noun()}, {self.dtype}, {self.device}, shapes={list(self.shapes)})"
 
 
 def _restore(cls, state: dict):
@@ -183,8 +186,7 @@ class PackedImages(PackedTensors):
                                  f"{tuple(t.shape)}")
         return cls(cls.concatenate(images), [tuple(t.shape) for t in images])
 
-    @property
-    def NOUN(self) -> str:  # noqa: N802 (the base class's attribute)
+    def noun(self) -> str:
         return "clips" if self.clips else "images"
 
     @property

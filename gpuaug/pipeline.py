@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
 import torch
 from torch import Tensor, nn
@@ -21,6 +22,18 @@ from .transforms._base import Draw, Op, Params, Sizes, move, to_device
 from .transforms.color import ColorOp, Normalize, color_programs
 from .transforms.geometry import (AxisMap, CenterCrop, GeometricOp, RandomCrop, RandomHorizontalFlip, RandomResizedCrop,
                                  RandomRotation, RandomVerticalFlip, Resize)
+
+
+_T = TypeVar("_T")
+Fill = tuple[float, ...]  # an op's fill: one value, or one per channel (``Pipeline.float`` hides ``float`` in the class)
+
+if TYPE_CHECKING:
+    class _OpList(nn.ModuleList):
+        """What ``Pipeline.ops`` holds, for type checkers: an ``nn.ModuleList`` of gpuaug ops."""
+
+        def __getitem__(self, index: int) -> Op: ...  # type: ignore[override]
+
+        def __iter__(self) -> Iterator[Op]: ...
 
 
 def _seed_from_state(state: Tensor) -> int:
@@ -82,21 +95,23 @@ class Pipeline(nn.Module):
     runs eagerly.
     """
 
+    _anchor: Tensor  # an empty buffer: where the pipeline lives (moved by .to())
+
     def __init__(self, *ops: Op | Sequence[Op], device=None, dtype: torch.dtype | None = None, seed: int | None = None,
                  channels_last: bool = False, cuda_graph: bool = False):
         super().__init__()
-        if len(ops) == 1 and isinstance(ops[0], (list, tuple)):
-            ops = tuple(ops[0])
-        for op in ops:
+        given = tuple(ops[0]) if len(ops) == 1 and isinstance(ops[0], (list, tuple)) else ops
+        for op in given:
             if isinstance(op, type) and issubclass(op, Op):
                 raise TypeError(f"Pipeline expects gpuaug ops, got the class {op.__name__}: make one, "
                                 f"{op.__name__}(...)")
             if not isinstance(op, Op):
                 raise TypeError(f"Pipeline expects gpuaug ops, got {type(op).__name__}: {op!r}")
+        ops = cast("tuple[Op, ...]", given)
         first_rotation = next((i for i, op in enumerate(ops) if isinstance(op, RandomRotation)), len(ops))
         # Crops holding a fill or a copying padding_mode that never pad here: plain crops (below).
         self._plain_crops = self._check_order(ops, first_rotation)
-        self.ops = nn.ModuleList(ops)
+        self.ops = cast("_OpList", nn.ModuleList(ops))
         # The three stages, fixed at construction, as positions in ``ops`` (params go by position,
         # so an op listed twice draws twice, as in torchvision's Compose): crop/resize/flip ops
         # before any rotation are resampled together; the rotation and the flips after it are one
@@ -113,8 +128,8 @@ class Pipeline(nn.Module):
         moves = (RandomCrop, CenterCrop, RandomHorizontalFlip, RandomVerticalFlip)
         self._moves_pixels_only = all(isinstance(ops[i], moves) for i in self._resample_at)
         # The value of the padding of the map (RandomCrop's fill), where it is not 0.
-        self._pad_fill = next((ops[i].fill for i in self._resample_at if isinstance(ops[i], RandomCrop)
-                               and ops[i].fills and i not in self._plain_crops), None)
+        self._pad_fill = next((op.fill for i, op in ((i, ops[i]) for i in self._resample_at)
+                               if isinstance(op, RandomCrop) and op.fills and i not in self._plain_crops), None)
         self.dtype = checked_dtype(dtype)
         self.channels_last = bool(channels_last)
         if not isinstance(cuda_graph, bool):
@@ -352,11 +367,12 @@ class Pipeline(nn.Module):
             """Draw the ops not drawn yet, plan the warp -> (the color ops with their params, their
             program for a fused kernel or None)."""
             nonlocal params, frame_params
+            assert params is not None  # drawn or checked above
             if len(params) < len(self.ops):
                 late = self._draw(n, sizes, frames, start=len(params))
                 params, frame_params = params + late, frame_params + _per_frame(late, frames)
             self._plan_warp(plan, frame_params, channels)
-            color = [(self.ops[i], frame_params[i]) for i in self._color_at]
+            color = [(op, frame_params[i]) for i in self._color_at if isinstance(op := self.ops[i], ColorOp)]
             # The color ops as one program per sample for a fused kernel (CPU float32: gpuaug.native;
             # CUDA: gpuaug.gpu_kernels), else op by op.
             program = None
@@ -413,6 +429,7 @@ class Pipeline(nn.Module):
                 out.index_copy_(0, part, x)
             else:
                 out[part] = x
+        assert out is not None  # parts is not empty
         out = self._finish(out, n, frames if is_clip else 0)
         return (out, params) if return_params else out
 
@@ -441,7 +458,8 @@ class Pipeline(nn.Module):
             if isinstance(op, GeometricOp):
                 sizes = op.output_sizes(sizes)
 
-    def _plan(self, sizes: Sizes, params: list[Params], n: int, channels: int, uint8: bool, kernels=None) -> dict:
+    def _plan(self, sizes: Sizes, params: list[Params], n: int, channels: int, uint8: bool,
+              kernels=None) -> dict[str, Any]:
         """Per-sample resampling (crop/resize/flip) for the whole batch, from the params of the ops
         before any rotation (``params`` may stop there); ``None`` where there is none; the warp
         (rotation and the flips after it) is left to :meth:`_plan_warp`. The resampling is planned
@@ -449,16 +467,18 @@ class Pipeline(nn.Module):
         their filter taps themselves), as crop boxes on the CPU for uint8 images whose maps are all
         plain crops (+ flips), resized, or whole-pixel parts of such (torchvision's uint8 kernel,
         see ``_resample``), else as filter taps (:func:`_filter_taps`)."""
-        plan = {"resample": None, "axes": None, "rows": None, "cols": None, "boxes": None, "exact": None, "single": None,
-                "size": None, "warp": None, "fill": None, "blend": True, "nearest": False, "pad_fill": None,
-                "final_crop": None, "kernels": kernels}
+        plan: dict[str, Any] = {
+            "resample": None, "axes": None, "rows": None, "cols": None, "boxes": None, "exact": None, "single": None,
+            "size": None, "warp": None, "fill": None, "blend": True, "nearest": False, "pad_fill": None,
+            "final_crop": None, "kernels": kernels}
         s = sizes
         if self._resample_at or sizes.uniform is None:
             axes = AxisMap(sizes.pairs(n, self.device))
             zoom_y = zoom_x = 1.0
             for i in self._resample_at:
                 op = self.ops[i]
-                if i in self._plain_crops:
+                assert isinstance(op, GeometricOp)  # _resample_at holds geometric ops only
+                if i in self._plain_crops and isinstance(op, RandomCrop):
                     op.map_axes(axes, params[i], s, padding_mode="constant")
                 else:
                     op.map_axes(axes, params[i], s)
@@ -469,7 +489,7 @@ class Pipeline(nn.Module):
                 raise ValueError(
                     "images of different sizes need a pipeline with a fixed output size (add RandomResizedCrop, "
                     f"RandomCrop, CenterCrop or Resize((h, w)) before any RandomRotation); this one gives sizes "
-                    f"{sorted(set(s.per_image))[:4]}...")
+                    f"{sorted(set(s.per_image or ()))[:4]}...")
             aa = all(getattr(self.ops[i], "antialias", True) for i in self._resample_at)
             cubic = any(getattr(self.ops[i], "interpolation", None) == "bicubic" for i in self._resample_at)
             (h, w) = s.uniform
@@ -497,34 +517,37 @@ class Pipeline(nn.Module):
                     rows, cols = single_taps(*plan["rows"]), single_taps(*plan["cols"])
                     plan["single"] = (rows, cols) if rows is not None and cols is not None else None
             if self._pad_fill is not None:
-                plan["pad_fill"] = self._padding_share(plan, channels)
+                plan["pad_fill"] = self._padding_share(plan, self._pad_fill, channels)
         plan["seen"] = s  # the sizes the warp sees
         return plan
 
-    def _padding_share(self, plan: dict, channels: int) -> tuple[Tensor, Tensor, Tensor] | None:
+    def _padding_share(self, plan: dict[str, Any], pad_fill: Fill,
+                       channels: int) -> tuple[Tensor, Tensor, Tensor] | None:
         """RandomCrop's fill, ``(C,)``, and the share of each output pixel's filter that read
         image pixels, per axis: ``(n, h)`` and ``(n, w)``; the rest of the filter read padding,
         which holds the fill (the resampling read it as 0). None for crop boxes: no padding."""
-        fill = _fill_values("RandomCrop", self._pad_fill, channels, self.device)
+        fill = _fill_values("RandomCrop", pad_fill, channels, self.device)
         if plan["boxes"] is not None and plan["exact"] is None:
             return None
         rows, cols = (plan["rows"], plan["cols"]) if plan["rows"] is not None else \
             _filter_taps(plan["resample"], plan["size"])
         return fill, rows[1].sum(-1), cols[1].sum(-1)
 
-    def _plan_warp(self, plan: dict, params: list[Params], channels: int) -> None:
+    def _plan_warp(self, plan: dict[str, Any], params: list[Params], channels: int) -> None:
         """The warp stage of :meth:`_plan` (done apart: on a device, once the resampling is launched)."""
         s = plan["seen"]
         if self._warp_at:
             matrix = None
             for i in self._warp_at:
-                m = self.ops[i].matrix(params[i], s.uniform)
+                warp = self.ops[i]
+                assert isinstance(warp, (RandomRotation, RandomHorizontalFlip, RandomVerticalFlip))
+                m = warp.matrix(params[i], s.uniform)
                 # The product elementwise, not by a matmul: a float32 matmul on CUDA may run in
                 # TF32 (torch.set_float32_matmul_precision("high"), which training scripts set),
                 # rounding the coordinates' coefficients to 10 bits (~0.05 px at 224 px).
                 matrix = m if matrix is None else (matrix.unsqueeze(-1) * m.unsqueeze(-3)).sum(-2)
             plan["warp"] = matrix
-            rotation = next(self.ops[i] for i in self._warp_at if isinstance(self.ops[i], RandomRotation))
+            rotation = next(op for op in map(self.ops.__getitem__, self._warp_at) if isinstance(op, RandomRotation))
             plan["nearest"] = rotation.interpolation == "nearest"
             fill = rotation.fill
             if fill is None:  # torchvision's fill=None: no fill rule at all
@@ -536,11 +559,13 @@ class Pipeline(nn.Module):
             top = left = 0
             size = s.uniform
             for i in self._final_crop_at:
-                t, l = self.ops[i].start(size)
-                top, left, size = top + t, left + l, self.ops[i].size
+                crop = self.ops[i]
+                assert isinstance(crop, CenterCrop)
+                t, l = crop.start(size)
+                top, left, size = top + t, left + l, crop.size
             plan["final_crop"] = (top, left, *size)
 
-    def _geometry(self, x: Tensor | list[Tensor], plan: dict, part: slice | Tensor) -> Tensor:
+    def _geometry(self, x: Any, plan: dict[str, Any], part: slice | Tensor) -> Tensor:
         """Images ``part`` of the batch (one tensor; on the CPU a list that
         :func:`gpuaug.cpu.reads_in_place` accepts; on CUDA a ragged list packed by
         :func:`gpuaug.gpu_kernels.pack_images`) through the planned resampling and warp -> float,
@@ -549,7 +574,7 @@ class Pipeline(nn.Module):
             return self._geometry_split(x, plan, part)
         return self._warp(*self._resample(x, plan, part), plan, part)
 
-    def _resample(self, x: Tensor | list[Tensor], plan: dict, part: slice | Tensor) -> tuple[Tensor, tuple | None]:
+    def _resample(self, x: Any, plan: dict[str, Any], part: slice | Tensor) -> tuple[Tensor, tuple | None]:
         """The resampling stage of :meth:`_geometry` -> (float images, the ``(flip_x, flip_y)``
         ``(n,)`` bools left to the warp, or None): the CPU's uint8 crops leave their flips to a
         planned warp."""
@@ -613,12 +638,13 @@ class Pipeline(nn.Module):
             x = x.clamp_(0, 1)
         return x, mirror
 
-    def _warp(self, x: Tensor, mirror: tuple | None, plan: dict, part: slice | Tensor) -> Tensor:
+    def _warp(self, x: Tensor, mirror: tuple | None, plan: dict[str, Any], part: slice | Tensor) -> Tensor:
         """The warp stage of :meth:`_geometry` (rotation, the flips after it, the CenterCrop after
         it) on the resampled images -> contiguous; ``mirror``: flips to fold into the warp."""
         warp = None if plan["warp"] is None else _take(plan["warp"], part)
         if mirror is not None:  # mirror the warp's source coordinates
             flip_x, flip_y = mirror
+            assert warp is not None  # flips left to the warp: there is one
             warp = warp.clone()
             warp[:, 0] *= 1 - 2 * flip_x.to(warp.dtype).view(-1, 1)
             warp[:, 1] *= 1 - 2 * flip_y.to(warp.dtype).view(-1, 1)
@@ -631,7 +657,7 @@ class Pipeline(nn.Module):
             x = crop_or_pad(x, *plan["final_crop"])
         return x.contiguous()
 
-    def _geometry_split(self, x: Tensor | list[Tensor], plan: dict, part: slice | Tensor) -> Tensor:
+    def _geometry_split(self, x: Any, plan: dict[str, Any], part: slice | Tensor) -> Tensor:
         """:meth:`_geometry` for a part of a batch in which some samples' maps are plain crops
         (``plan["exact"]``, the CPU's uint8 path) and the others pad or cut fractional parts: the
         first by torchvision's uint8 kernel, the others in float, so that each sample gets what
@@ -647,6 +673,7 @@ class Pipeline(nn.Module):
             y = self._geometry(_take(x, local), sub_plan, index[local])
             out = y.new_empty((len(index), *y.shape[1:])) if out is None else out
             out.index_copy_(0, local, y)
+        assert out is not None  # the part holds samples of one kind or both
         return out
 
     def _color_gpu(self, kernels, x: Tensor, program: tuple) -> Tensor | None:
@@ -656,7 +683,8 @@ class Pipeline(nn.Module):
         mean = inv_std = None
         if normalize is not None:
             mean, inv_std = normalize.values(x.shape[1])
-        contrast_steps = sum(self.ops[i].CONTRAST_STEPS for i in self._color_at)
+        contrast_steps = sum(op.contrast_steps() for op in map(self.ops.__getitem__, self._color_at)
+                             if isinstance(op, ColorOp))
         return kernels.guarded(kernels.color_program, x, torch.empty_like(x), ops, factors, mean, inv_std,
                                contrast_steps)
 
@@ -674,7 +702,7 @@ class Pipeline(nn.Module):
 
     # ---- input and params checks ---------------------------------------------------------------
 
-    def _stack(self, items: list[Tensor] | Tensor, sizes: Sizes) -> Tensor:
+    def _stack(self, items: Sequence[Tensor] | Tensor, sizes: Sizes) -> Tensor:
         """Move to the device (:func:`move`) as one ``(N, C, H, W)`` batch, ragged images padded."""
         dev = self.device
         if isinstance(items, Tensor):
@@ -739,7 +767,7 @@ def _per_draw(sizes: Sizes, frames: int) -> tuple:
     """The input sizes, one per draw, as a comparable host value: ``(h, w)`` where uniform, else
     a tuple of ``(h, w)``."""
     sizes = _one_per_draw(sizes, frames)
-    return tuple(sizes.uniform) if sizes.per_image is None else tuple(map(tuple, sizes.per_image))
+    return sizes.uniform if sizes.uniform is not None else tuple(map(tuple, sizes.per_image or ()))
 
 
 def _one_per_draw(sizes: Sizes, frames: int) -> Sizes:
@@ -799,7 +827,13 @@ def _gpu_kernels(device: torch.device):
     return gpu_kernels if gpu_kernels.usable(device) else None
 
 
-def _take(items: list | Tensor, part: slice | Tensor) -> list | Tensor:
+@overload
+def _take(items: Tensor, part: slice | Tensor) -> Tensor: ...
+@overload
+def _take(items: list[_T], part: slice | Tensor) -> list[_T]: ...
+@overload
+def _take(items: PackedImages, part: slice | Tensor) -> PackedImages | list[Tensor]: ...
+def _take(items, part):
     """``items[part]`` for a slice or an index tensor; ``index_select`` (a plain copy) rather than
     advanced indexing, which is several times slower on the CPU."""
     if isinstance(part, slice):

@@ -13,6 +13,7 @@ import os
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
@@ -108,10 +109,10 @@ def run(directory, max_files: int = 256, step_ms: float = 20.0, device=None, bat
         "gpuaug": {"images_per_s": len(images) / t_gpuaug, "device": str(device)},
     }
     dataset = ImageFiles(paths, on_error="skip")
-    sweep = []
+    sweep: list[dict[str, Any]] = []
     for w, pin, pf in sweep_plan:
         bar.set_postfix_str(f"workers={w} pin={pin} prefetch={pf}")
-        kwargs = {"prefetch_factor": pf} if w > 0 else {}
+        kwargs: dict[str, Any] = {"prefetch_factor": pf} if w > 0 else {}
         dl = DataLoader(dataset, batch_size=batch_size, num_workers=w, pin_memory=pin, collate_fn=collate, **kwargs)
         with warnings.catch_warnings():  # the bad files, reported once above, not once per setting
             warnings.filterwarnings("ignore", message="gpuaug: skipping", category=RuntimeWarning)
@@ -129,7 +130,7 @@ def run(directory, max_files: int = 256, step_ms: float = 20.0, device=None, bat
     }
     best = max(sweep, key=lambda r: r["images_per_s"])
     return {"directory": str(directory), "files": len(paths), "cores": cores, "step_ms": step_ms,
-            "stages": stages, "bounds_images_per_s": bounds, "bottleneck": min(bounds, key=bounds.get),
+            "stages": stages, "bounds_images_per_s": bounds, "bottleneck": min(bounds, key=lambda stage: bounds[stage]),
             "sweep": sweep, "best": best}
 
 

@@ -69,8 +69,10 @@ def reusing():
     try:
         yield
     except BaseException:
-        for i in _taken:
-            _flags[i] = FREE
+        flags = _flags  # made before any slot was taken
+        if flags is not None:
+            for i in _taken:
+                flags[i] = FREE
         raise
     finally:
         _reusing = False
@@ -99,13 +101,14 @@ def _take_slot(nbytes: int) -> torch.UntypedStorage | None:
             _slots[i], flags[i] = None, FREE
             _flags[i] = FREE
     free = [i for i, flag in enumerate(flags) if flag == FREE]
-    fits = [i for i in free if _slots[i] is not None and _slots[i].nbytes() >= nbytes]
+    room = {i: slot.nbytes() for i in free if (slot := _slots[i]) is not None}
+    fits = [i for i, n in room.items() if n >= nbytes]
     # A batch bigger than every free slot replaces one (a ragged batch's size varies by a few
     # percent: room for 1/16 more); a new slot only when none is free, so a worker keeps about as
     # many as it has batches out.
     size = max(-(-(nbytes + nbytes // 16) // _PAGE), 1) * _PAGE
     if fits:
-        i = min(fits, key=lambda i: _slots[i].nbytes())
+        i = min(fits, key=room.__getitem__)
     elif free:
         i = free[0]
         _slots[i] = torch.UntypedStorage._new_shared(size)

@@ -591,6 +591,22 @@ def test_text_is_never_a_size_range_or_fill(name, slot, text):
         getattr(ga, name)(*args, **kwargs)
 
 
+@pytest.mark.parametrize("value", [1j, (1j, 2j), [0.5, 1j], ("a", "b")])
+@pytest.mark.parametrize("name, slot", _ODD_SLOTS + [("RandomRotation", lambda v: ((10,), {"fill": v})),
+                                                     ("Normalize", lambda v: (((0.5,), v), {}))],
+                         ids=[f"{n}-{i}" for i, (n, _) in enumerate(_ODD_SLOTS)] + ["RandomRotation-fill", "Normalize-std"])
+def test_complex_numbers_and_words_get_gpuaugs_message(name, slot, value):
+    """A complex number is a ``numbers.Number``: ``RandomCrop(1j)`` met ``math.isfinite``'s "must be
+    real number, not complex", ``ColorJitter(1j)`` and ``RandomRotation(1j)`` a "'<' not supported",
+    ``ColorJitter((1j, 2j))`` float()'s message, none naming the argument. Now gpuaug's own
+    TypeError/ValueError, as for any other value that is not one."""
+    args, kwargs = slot(value)
+    with pytest.raises((TypeError, ValueError)) as caught:
+        getattr(ga, name)(*args, **kwargs)
+    assert not str(caught.value).startswith(("must be real", "'<' not supported", "float() argument",
+                                              "could not convert")), str(caught.value)
+
+
 def test_an_op_class_instead_of_an_op_says_to_make_one():
     with pytest.raises(TypeError, match=r"got the class RandomHorizontalFlip: make one, RandomHorizontalFlip\(\.\.\.\)"):
         ga.Pipeline(ga.RandomResizedCrop(8), ga.RandomHorizontalFlip, device="cpu")

@@ -40,7 +40,8 @@ class EncodedBatch(PackedTensors):
 
     def _item(self, i: int):
         data = super()._item(i)
-        return data if self.paths[i] is None else Encoded(self.paths[i], data)
+        path = self.paths[i]
+        return data if path is None else Encoded(path, data)
 
 
 class Batch(NamedTuple):
@@ -50,12 +51,14 @@ class Batch(NamedTuple):
     else a :class:`gpuaug.PackedImages` (a read-only sequence of ``(3, H_i, W_i)`` images, or of
     ``(T, 3, H_i, W_i)`` clips, in one buffer);
     with ``decode="gpu"``, an :class:`EncodedBatch` (JPEG bytes, and any image decoded in the
-    worker, in one buffer); ``labels``: int64 ``(B,)`` for int labels (any other kind as
+    worker, in one buffer); a list of the tensors as they came when they are not all of one
+    dtype and kind (the pipeline's error names the first that differs), an empty list when every
+    file of the batch was bad; ``labels``: int64 ``(B,)`` for int labels (any other kind as
     ``torch.utils.data.default_collate`` collates it: tensors stacked, dicts per key); ``bad``:
     the :class:`BadFile` records of files dropped from this batch.
     """
 
-    images: torch.Tensor | PackedImages | EncodedBatch
+    images: torch.Tensor | PackedImages | EncodedBatch | list[torch.Tensor]
     labels: Any
     bad: list
 
@@ -111,14 +114,15 @@ def collate(items) -> Batch:
     # in the workers, which must not touch CUDA.
     with torch.device("cpu"):
         labels = default_collate([y for _, y in good]) if good else torch.empty(0, dtype=torch.int64)
+    batch: torch.Tensor | PackedImages | EncodedBatch | list[torch.Tensor] = images
     with worker_memory.reusing():
         if any(isinstance(i, Encoded) for i in images):
-            images = EncodedBatch.pack(images)
+            batch = EncodedBatch.pack(images)
         elif images and all(isinstance(i, torch.Tensor) for i in images):
             if len({tuple(t.shape) for t in images}) == 1:
                 out = worker_memory.output(images[0], len(images) * images[0].numel())
                 out = None if out is None else out.view(len(images), *images[0].shape)
-                images = torch.stack(images, out=out)
+                batch = torch.stack(images, out=out)
             elif len({(t.dtype, t.dim()) for t in images}) == 1 and images[0].dim() in (3, 4):  # images or clips
-                images = PackedImages.pack(images)
-    return Batch(images, labels, bad)
+                batch = PackedImages.pack(images)
+    return Batch(batch, labels, bad)

@@ -77,6 +77,7 @@ class ImageFiles(Dataset):
 
     def __getitem__(self, index: int):
         path = self.paths[index]
+        item: Encoded | torch.Tensor | BadFile
         try:
             data = read_bytes(path)
             # Without a device decoder (no codecs library: gpuaug.data.codecs) the worker decodes.

@@ -138,7 +138,9 @@ def jpeg_frame(data: bytes) -> tuple[int, int, int] | None:
         i = data.find(b"\xff", i)
         if i < 0:
             return None
-        i = _FILL.match(data, i).end()
+        fill = _FILL.match(data, i)
+        assert fill is not None  # data[i] is 0xff
+        i = fill.end()
         if i >= end:
             return None
         marker = data[i]
@@ -202,7 +204,7 @@ def read_bytes(path: str) -> torch.Tensor:
                                              f"{MAX_PIXELS} pixels needs at most {MAX_FILE_BYTES})")
             data = torch.empty(info.st_size, dtype=torch.uint8, device="cpu")
             with open(fd, "rb", closefd=False) as f:
-                size = f.readinto(memoryview(data.numpy())) if len(data) else 0
+                size = f.readinto(data.numpy().data) if len(data) else 0
         finally:
             os.close(fd)
     except OSError as e:
@@ -294,9 +296,9 @@ def _decode_with_pil(path: str, data: torch.Tensor) -> torch.Tensor:
     does not read, through PIL, to what :func:`decode_rgb` gives. PIL refuses more than
     :data:`MAX_PIXELS` pixels itself (twice its warning limit), wherever the header lies."""
     try:
-        with _pil_quiet(), Image.open(io.BytesIO(data.numpy().tobytes())) as im:
-            png = im.format == "PNG"
-            im = ImageOps.exif_transpose(im)
+        with _pil_quiet(), Image.open(io.BytesIO(data.numpy().tobytes())) as opened:
+            png = opened.format == "PNG"
+            im = ImageOps.exif_transpose(opened)
             # 16-bit gray (a PNG's is mode "I" in older Pillow): scaled as torchvision's to_dtype scales it (>> 8)
             if im.mode.startswith("I;16") or (im.mode == "I" and png):
                 gray = (np.asarray(im).astype(np.uint16) >> 8).astype(np.uint8)

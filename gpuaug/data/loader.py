@@ -112,7 +112,7 @@ class DeviceLoader:
 
     def _iter_cuda(self):
         stream = torch.cuda.Stream(self.device)
-        pending = deque()
+        pending: deque = deque()
         batches = self._timed(iter(self.loader))
 
         def submit() -> bool:
@@ -182,16 +182,16 @@ class DeviceLoader:
             if not isinstance(x, (torch.Tensor, Encoded)):
                 raise TypeError(f"DeviceLoader expects images as tensors (uint8 (3, H, W), or a batch), got "
                                 f"{type(x).__name__} at item {i}")
-        out, keep = [], []
+        out: list[torch.Tensor] = []
+        kept: list[int] = []
         encoded = [(i, x) for i, x in enumerate(images) if isinstance(x, Encoded)]
         decoded = dict(self._decode(encoded)) if encoded else {}
         for i, x in enumerate(images):
             img = decoded.get(i) if isinstance(x, Encoded) else self._copy(x)
             if img is not None:
                 out.append(img)
-                keep.append(i)
-        if len(keep) == len(images):
-            keep = None
+                kept.append(i)
+        keep = None if len(kept) == len(images) else kept
         if out and len({tuple(t.shape) for t in out}) == 1:
             return torch.stack(out), keep
         return out, keep
@@ -273,6 +273,6 @@ def _map_tensors(labels, fn):
 
 
 def _tensors(labels) -> list[torch.Tensor]:
-    found = []
+    found: list[torch.Tensor] = []
     _map_tensors(labels, found.append)
     return found

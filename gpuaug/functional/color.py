@@ -153,10 +153,12 @@ def normalize(x: Tensor, mean: Tensor, std: Tensor | None = None, inv_std: Tenso
     """``(x - mean) / std`` per channel, computed as ``(x - mean) * (1 / std)``; ``mean`` and
     ``std`` have shape ``(C,)``. Pass ``inv_std`` (``1 / std``, computed in float64 then rounded)
     instead of ``std`` to skip computing it per call."""
-    if (std is None) == (inv_std is None):
-        raise TypeError("normalize takes one of std and inv_std")
     if inv_std is None:
+        if std is None:
+            raise TypeError("normalize takes one of std and inv_std")
         inv_std = 1.0 / std.double()
+    elif std is not None:
+        raise TypeError("normalize takes one of std and inv_std")
     mean = mean.to(dtype=x.dtype, device=x.device).view(1, -1, 1, 1)
     inv_std = inv_std.to(dtype=x.dtype, device=x.device).view(1, -1, 1, 1)
     return (x - mean).mul_(inv_std)

@@ -90,8 +90,8 @@ def _build() -> Path:
     command = shlex.split(compiler)  # CC may carry flags, as in make ("gcc -m64")
     sources = [p.read_bytes() for p in _SOURCES]
     version = subprocess.run([*command, "--version"], capture_output=True, text=True, timeout=30).stdout
-    key = hashlib.sha256(b"\0".join(s.encode() if isinstance(s, str) else s for s in
-                                    (*sources, compiler, version, _cpu_name(), platform.machine(), *_FLAGS))).hexdigest()[:16]
+    parts: list[str | bytes] = [*sources, compiler, version, _cpu_name(), platform.machine(), *_FLAGS]
+    key = hashlib.sha256(b"\0".join(s.encode() if isinstance(s, str) else s for s in parts)).hexdigest()[:16]
     cache = Path(os.environ.get("GPUAUG_CACHE_DIR") or Path.home() / ".cache" / "gpuaug")
     target = cache / f"kernels-{key}.so"
     if target.exists():
@@ -150,10 +150,10 @@ def color_program(x: Tensor, out: Tensor, index: Tensor, ops: Tensor, factors: T
         raise ValueError(f"index should be in [0, {N}), got values from {int(index.min())} to {int(index.max())}")
     if not out.is_contiguous():
         raise ValueError("out should be contiguous")
-    if (mean is None) != (inv_std is None) or (mean is not None and (mean.shape != (C,) or inv_std.shape != (C,))):
+    if (mean is None) != (inv_std is None) or (mean is not None and inv_std is not None and (mean.shape != (C,) or inv_std.shape != (C,))):
         raise ValueError(f"mean and inv_std should both be ({C},) float32 tensors or both None")
     x, index, ops, factors = x.contiguous(), index.contiguous(), ops.contiguous(), factors.contiguous()
-    if mean is not None:
+    if mean is not None and inv_std is not None:
         mean, inv_std = mean.float().contiguous(), inv_std.float().contiguous()
     rc = lib.gpuaug_color(x.data_ptr(), n, C, h * w, out.data_ptr(), index.data_ptr(), ops.data_ptr(), factors.data_ptr(),
                           S, None if mean is None else mean.data_ptr(), None if inv_std is None else inv_std.data_ptr())

@@ -178,7 +178,7 @@ class Draw:
 
     n: int
     device: torch.device
-    generator: torch.Generator
+    generator: torch.Generator | None  # None on the meta device: shapes only
     sizes: Sizes
 
     def uniform(self, low: float, high: float, *shape: int) -> Tensor:
@@ -334,7 +334,10 @@ def setup_range(value, name: str, center: float = 1.0, bound=(0, float("inf")), 
         if clip_first_on_zero:
             value[0] = max(value[0], 0.0)
     elif is_sequence(value) and len(value) == 2:
-        value = [float(v) for v in value]
+        try:  # torchvision's float(): "0.5" is taken too
+            value = [float(v) for v in value]
+        except (TypeError, ValueError):
+            raise TypeError(f"{name}={value!r} should be a single number or a sequence of two numbers.") from None
     else:
         raise TypeError(f"{name}={value!r} should be a single number or a sequence with length 2.")
     if not bound[0] <= value[0] <= value[1] <= bound[1]:

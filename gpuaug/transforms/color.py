@@ -31,8 +31,10 @@ class ColorOp(Op):
         """``(B,)`` ints, equal for samples that take the same passes; ``None`` if all do."""
         return None
 
-    # The most contrast steps this op's program gives a sample (their means need a pass of their own).
-    CONTRAST_STEPS = 0
+    def contrast_steps(self) -> int:
+        """The most contrast steps this op's program gives a sample (their means need a pass of
+        their own)."""
+        return 0
 
     def program(self, params: Params) -> tuple[Tensor, Tensor] | None:
         """This op as per-sample steps of the fused color kernels (:mod:`gpuaug.native` on the
@@ -49,8 +51,9 @@ def color_programs(color: list[tuple[ColorOp, Params]], n: int,
     may be 0) and the final ``Normalize`` (or None), which the kernels run last; ``None`` if an op
     has no program."""
     normalize = color[-1][0] if color and isinstance(color[-1][0], Normalize) else None
-    programs = [op.program(params) for op, params in (color[:-1] if normalize is not None else color)]
-    if any(p is None for p in programs):
+    drawn = [op.program(params) for op, params in (color[:-1] if normalize is not None else color)]
+    programs = [p for p in drawn if p is not None]
+    if len(programs) < len(drawn):
         return None
     if not programs:
         empty = torch.zeros(n, 0, dtype=torch.float32, device=device)
@@ -149,8 +152,7 @@ class ColorJitter(ColorOp):
         steps = keys.argsort(1)[:, : sum(enabled)]
         return steps, factors.gather(1, steps)
 
-    @property
-    def CONTRAST_STEPS(self) -> int:  # noqa: N802 (the base class's attribute)
+    def contrast_steps(self) -> int:
         return int(self.contrast is not None)
 
     def program(self, params: Params) -> tuple[Tensor, Tensor]:
@@ -255,6 +257,9 @@ class Normalize(ColorOp):
         mean, std: one number per channel, or one for all (``std`` > 0).
     """
 
+    mean: Tensor  # buffers, (C,) or (1,) float32
+    std: Tensor
+
     def __init__(self, mean: float | Sequence[float] | Tensor, std: float | Sequence[float] | Tensor,
                  inplace: bool = False):
         super().__init__()  # inplace: torchvision's, for ported code; no effect (the output is always new)
@@ -278,11 +283,12 @@ class Normalize(ColorOp):
     def _apply(self, fn, recurse: bool = True):
         # mean and std are constants of the math, not weights: a cast by an enclosing module
         # (model.half()) moves them but keeps them float32, unrounded.
-        before = {name: self._buffers[name] for name in ("mean", "std")}
+        before = {"mean": self.mean, "std": self.std}
         super()._apply(fn, recurse)
         for name, old in before.items():
-            if self._buffers[name].dtype != old.dtype:
-                self._buffers[name] = old.to(self._buffers[name].device)
+            new = getattr(self, name)
+            if new.dtype != old.dtype:
+                self._buffers[name] = old.to(new.device)
         return self
 
     def values(self, channels: int) -> tuple[Tensor, Tensor]:
@@ -291,7 +297,8 @@ class Normalize(ColorOp):
         n = max(self.mean.numel(), self.std.numel())
         if n not in (1, channels):
             raise ValueError(f"Normalize has {n} channels of mean/std, images have {channels}")
-        return tuple(t if t.numel() == channels else t.expand(channels).contiguous() for t in (self.mean, self.inv_std))
+        mean, inv_std = (t if t.numel() == channels else t.expand(channels).contiguous() for t in (self.mean, self.inv_std))
+        return mean, inv_std
 
     def apply_transform(self, x: Tensor, params: Params) -> Tensor:
         mean, inv_std = self.values(x.shape[1])

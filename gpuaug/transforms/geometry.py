@@ -117,6 +117,10 @@ class GeometricOp(Op):
         """Upper bound of input pixels per output pixel along (y, x)."""
         return 1.0, 1.0
 
+    def map_axes(self, axes: AxisMap, params: Params, sizes: Sizes) -> None:
+        """This op (a crop, resize or flip before any rotation) applied to the per-sample axis maps."""
+        raise NotImplementedError(f"{type(self).__name__} does not map axes")
+
 
 class RandomResizedCrop(GeometricOp):
     """Crop a random area and aspect ratio, resize it to ``size`` (torchvision's RandomResizedCrop).
