@@ -353,6 +353,31 @@ def test_a_model_holding_a_pipeline_takes_module_apply():
     torch.testing.assert_close(model.augment(x), alike(x), rtol=0, atol=0)
 
 
+def test_normalize_keeps_its_values_through_to_empty_and_meta_init():
+    """Meta-device init (FSDP2, torchtitan): build under ``torch.device("meta")``, then
+    ``model.to_empty(device=...)``. Normalize's mean and std are constants, not weights: they came
+    back as uninitialised memory (outputs inf or noise). Now they keep their values, or, made real
+    from meta, take the constructor's; a loaded state dict's values are kept."""
+    x = torch.randint(0, 256, (2, 3, 40, 48), dtype=torch.uint8)
+    make = lambda **kw: ga.Pipeline(ga.RandomResizedCrop(16), ga.ColorJitter(0.4, 0.4),  # noqa: E731
+                                    ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD), seed=3, **kw)
+    fresh = make(device="cpu")(x)
+    with torch.device("meta"):
+        model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+        model.augment = make()
+    model.to_empty(device="cpu")
+    torch.testing.assert_close(model.augment(x), fresh, rtol=0, atol=0)
+    on_meta = make(device="meta")
+    assert on_meta.ops[-1].mean.device.type == "meta"
+    on_meta.to_empty(device="cpu")
+    torch.testing.assert_close(on_meta(x), fresh, rtol=0, atol=0)
+    loaded = make(device="cpu")
+    loaded.load_state_dict({"ops.2.mean": torch.full((3,), 0.5), "ops.2.std": torch.full((3,), 0.25)})
+    loaded.to_empty(device="cpu").half()
+    assert loaded.ops[-1].mean.tolist() == [0.5] * 3 and loaded.ops[-1].std.tolist() == [0.25] * 3
+    assert loaded.ops[-1].std.dtype == torch.float32
+
+
 def test_ops_leave_nn_modules_methods_alone():
     """No op redefines a public method of nn.Module (``apply``, ``train``, ``to``, ...), which
     torch and users call on every submodule; Pipeline's dtype and device moves keep their meaning."""

@@ -275,20 +275,30 @@ class Normalize(ColorOp):
                              f"(means and stds for 0-255 pixel values, as DALI or mmcv take them, divide by 255)")
         self.register_buffer("mean", mean_t)
         self.register_buffer("std", std_t)
+        self._given = (mean_t.tolist(), std_t.tolist())  # for buffers made real from meta (see _apply)
         self._inv_std: tuple | None = None
 
     def extra_repr(self) -> str:
         return f"mean={[round(v, 4) for v in self.mean.tolist()]}, std={[round(v, 4) for v in self.std.tolist()]}"
 
     def _apply(self, fn, recurse: bool = True):
-        # mean and std are constants of the math, not weights: a cast by an enclosing module
-        # (model.half()) moves them but keeps them float32, unrounded.
+        # mean and std are constants of the math, not weights: whatever an enclosing module does to
+        # its tensors, they keep their values, float32, on the device it gives. A cast
+        # (model.half()) would round them; to_empty (meta-device init, as FSDP2 and torchtitan
+        # do it) would leave uninitialised memory, every output then inf or noise. A meta buffer
+        # has no values to keep: made real, it takes the constructor's (a state dict loaded after
+        # replaces them as usual).
         before = {"mean": self.mean, "std": self.std}
         super()._apply(fn, recurse)
-        for name, old in before.items():
+        given = self.__dict__.get("_given") or (None, None)
+        for (name, old), values in zip(before.items(), given):
             new = getattr(self, name)
-            if new.dtype != old.dtype:
+            if new is old:
+                continue
+            if old.device.type != "meta":
                 self._buffers[name] = old.to(new.device)
+            elif new.device.type != "meta" and values is not None:
+                self._buffers[name] = torch.tensor(values, dtype=torch.float32, device=new.device)
         return self
 
     def values(self, channels: int) -> tuple[Tensor, Tensor]:
