@@ -97,7 +97,7 @@ class Pipeline(nn.Module):
 
     _anchor: Tensor  # an empty buffer: where the pipeline lives (moved by .to())
 
-    def __init__(self, *ops: Op | Sequence[Op], device=None, dtype: torch.dtype | None = None, seed: int | None = None,
+    def __init__(self, *ops: Op | Sequence[Op], device: str | int | torch.device | None = None, dtype: torch.dtype | None = None, seed: int | None = None,
                  channels_last: bool = False, cuda_graph: bool = False):
         super().__init__()
         given = tuple(ops[0]) if len(ops) == 1 and isinstance(ops[0], (list, tuple)) else ops
@@ -372,7 +372,8 @@ class Pipeline(nn.Module):
                 late = self._draw(n, sizes, frames, start=len(params))
                 params, frame_params = params + late, frame_params + _per_frame(late, frames)
             self._plan_warp(plan, frame_params, channels)
-            color = [(op, frame_params[i]) for i in self._color_at if isinstance(op := self.ops[i], ColorOp)]
+            # (no walrus in this comprehension: dynamo broke the graph on it, 7 graphs for Resize + CenterCrop)
+            color = [(cast(ColorOp, self.ops[i]), frame_params[i]) for i in self._color_at]
             # The color ops as one program per sample for a fused kernel (CPU float32: gpuaug.native;
             # CUDA: gpuaug.gpu_kernels), else op by op.
             program = None

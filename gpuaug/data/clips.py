@@ -118,7 +118,7 @@ class FrameFolder(Dataset):
     or a :class:`BadFile` for a clip with an unreadable frame. Labels are the class folders' sorted
     order; a class folder without videos is a FileNotFoundError unless ``allow_empty=True``."""
 
-    def __init__(self, root, frames: int = 8, allow_empty: bool = False):
+    def __init__(self, root: str | os.PathLike[str], frames: int = 8, allow_empty: bool = False):
         self.root, self.frames = Path(root), _check_frames(frames)
         self.classes, self.videos = _videos(self.root, lambda p: p.is_dir(), allow_empty)
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
@@ -338,7 +338,7 @@ class PackedClips(Dataset):
     :class:`FrameFolder`'s (:func:`pack_folder` makes every class folder of the source, so the
     two agree); a class folder without packs is a FileNotFoundError unless ``allow_empty=True``."""
 
-    def __init__(self, root, frames: int = 8, allow_empty: bool = False):
+    def __init__(self, root: str | os.PathLike[str], frames: int = 8, allow_empty: bool = False):
         self.root, self.frames = Path(root), _check_frames(frames)
         self.classes, self.videos = _videos(self.root, lambda p: p.suffix == ".pack" and p.is_file(), allow_empty)
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}

@@ -9,7 +9,9 @@ sample is dropped, the path warned once and counted).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 import torch
@@ -58,7 +60,8 @@ class ImageFiles(Dataset):
     Items: ``(image, label)``, image a uint8 ``(3, H, W)`` tensor, an :class:`Encoded` or a :class:`BadFile`.
     """
 
-    def __init__(self, paths, labels=None, decode: str = "cpu", on_error: str = "raise"):
+    def __init__(self, paths: Sequence[str | os.PathLike[str]], labels: Sequence[Any] | None = None,
+                 decode: str = "cpu", on_error: str = "raise"):
         if decode not in _DECODERS:
             raise ValueError(f"decode should be one of {_DECODERS}, got {decode!r}")
         if on_error not in _POLICIES:
@@ -121,7 +124,8 @@ class ImageFolder(ImageFiles):
     :class:`ImageFiles`.
     """
 
-    def __init__(self, root, decode: str = "cpu", on_error: str = "raise", extensions=IMG_EXTENSIONS,
+    def __init__(self, root: str | os.PathLike[str], decode: str = "cpu", on_error: str = "raise",
+                 extensions: Sequence[str] = IMG_EXTENSIONS,
                  allow_empty: bool = False):
         root = Path(root)
         if not root.is_dir():

@@ -5,11 +5,16 @@ from __future__ import annotations
 import time
 import warnings
 from collections import deque
+from collections.abc import Callable, Iterable, Sized
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..device import select_device
+
+if TYPE_CHECKING:
+    from ..pipeline import Pipeline
 from ..packed import PackedImages
 from ..transforms._base import move
 from . import codecs
@@ -58,15 +63,16 @@ class DeviceLoader:
         on_error: ``"raise"`` or ``"skip"`` for unreadable files; default: the dataset's ``on_error``.
     """
 
-    def __init__(self, loader, pipeline=None, device=None, prefetch: int = 2, on_error: str | None = None):
+    def __init__(self, loader: Iterable[Any], pipeline: Pipeline | Callable[..., Any] | None = None,
+                 device: str | int | torch.device | None = None, prefetch: int = 2, on_error: str | None = None):
         if not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 1:
             raise ValueError(f"prefetch should be an int >= 1, got {prefetch!r}")
         if pipeline is not None and not callable(pipeline):
             raise TypeError(f"pipeline should be a gpuaug.Pipeline (or None), got {type(pipeline).__name__}: "
                             f"{pipeline!r}")
         self.loader, self.pipeline, self.prefetch = loader, pipeline, prefetch
-        if device is None and isinstance(getattr(pipeline, "device", None), torch.device):
-            self.device = pipeline.device
+        if device is None and isinstance(on := getattr(pipeline, "device", None), torch.device):
+            self.device = on
         else:
             self.device = select_device(device)
         self.on_error = on_error or getattr(getattr(loader, "dataset", None), "on_error", "raise")
@@ -76,6 +82,8 @@ class DeviceLoader:
         self._warned: set[str] = set()
 
     def __len__(self) -> int:
+        if not isinstance(self.loader, Sized):
+            raise TypeError(f"the wrapped {type(self.loader).__name__} has no len()")
         return len(self.loader)
 
     def __getattr__(self, name: str):

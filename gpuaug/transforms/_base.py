@@ -7,6 +7,7 @@ import math
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeGuard
 
 import numpy as np
 import torch
@@ -289,7 +290,7 @@ def check_resize_filter(interpolation, antialias, op: str) -> tuple[str, bool]:
 TEXT_TYPES = (str, bytes, bytearray)
 
 
-def is_sequence(value) -> bool:
+def is_sequence(value) -> TypeGuard[Sequence]:
     """A sequence of values, not text (:data:`TEXT_TYPES`)."""
     return isinstance(value, Sequence) and not isinstance(value, TEXT_TYPES)
 

@@ -110,7 +110,8 @@ class ColorJitter(ColorOp):
     0=brightness, 1=contrast, 2=saturation, 3=hue.
     """
 
-    def __init__(self, brightness=0, contrast=0, saturation=0, hue=0):
+    def __init__(self, brightness: float | Sequence[float] | None = 0, contrast: float | Sequence[float] | None = 0,
+                 saturation: float | Sequence[float] | None = 0, hue: float | Sequence[float] | None = 0):
         super().__init__()
         self.brightness = setup_range(brightness, "brightness")
         self.contrast = setup_range(contrast, "contrast")

@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from torchvision.transforms import InterpolationMode
 
 from ..functional.geometry import PAD_MODES, flip_matrix, rotation_matrix
 from ._base import (TEXT_TYPES, Draw, Op, Params, Sizes, check_interpolation, check_probability, check_range, check_resize_filter,
@@ -144,8 +149,10 @@ class RandomResizedCrop(GeometricOp):
 
     PIXEL_PARAMS = True
 
-    def __init__(self, size, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0), interpolation="bilinear",
-                 antialias: bool = True):
+    def __init__(self, size: int | Sequence[int], scale: Sequence[float] = (0.08, 1.0),
+                 ratio: Sequence[float] = (3.0 / 4.0, 4.0 / 3.0),
+                 interpolation: InterpolationMode | str | int = "bilinear",
+                 antialias: bool | None = True):
         super().__init__()
         self.interpolation, antialias = check_resize_filter(interpolation, antialias, "RandomResizedCrop")
         self.size = setup_size(size)
@@ -255,7 +262,8 @@ class Resize(GeometricOp):
             larger than ``size``); with ``size=None``, the longer side itself.
     """
 
-    def __init__(self, size, interpolation="bilinear", max_size=None, antialias: bool = True):
+    def __init__(self, size: int | Sequence[int] | None, interpolation: InterpolationMode | str | int = "bilinear",
+                 max_size: int | None = None, antialias: bool | None = True):
         super().__init__()
         self.interpolation, antialias = check_resize_filter(interpolation, antialias, "Resize")
         if max_size is not None and (not isinstance(max_size, numbers.Integral) or isinstance(max_size, bool)
@@ -336,7 +344,7 @@ class CenterCrop(GeometricOp):
     No params.
     """
 
-    def __init__(self, size):
+    def __init__(self, size: int | Sequence[int]):
         super().__init__()
         self.size = setup_size(size)
 
@@ -399,7 +407,8 @@ class RandomCrop(GeometricOp):
 
     PIXEL_PARAMS = True
 
-    def __init__(self, size, padding=None, pad_if_needed: bool = False, fill=0, padding_mode: str = "constant"):
+    def __init__(self, size: int | Sequence[int], padding: int | Sequence[int] | None = None, pad_if_needed: bool = False,
+                 fill: float | Sequence[float] = 0, padding_mode: str = "constant"):
         super().__init__()
         self.size = setup_size(size)
         if padding_mode not in PAD_MODES:
@@ -564,7 +573,8 @@ class RandomRotation(GeometricOp):
     Params: ``angle``: ``(B,)`` float32 degrees.
     """
 
-    def __init__(self, degrees, interpolation="bilinear", expand: bool = False, center=None, fill=0):
+    def __init__(self, degrees: float | Sequence[float], interpolation: InterpolationMode | str | int = "bilinear",
+                 expand: bool = False, center: Sequence[float] | None = None, fill: float | Sequence[float] | None = 0):
         super().__init__()
         # torchvision's default is NEAREST; gpuaug's is bilinear (see the README's differences).
         self.interpolation = check_interpolation(interpolation, "RandomRotation", ("bilinear", "nearest"))
@@ -581,7 +591,7 @@ class RandomRotation(GeometricOp):
         if isinstance(degrees, numbers.Real):
             if degrees < 0:
                 raise ValueError("If degrees is a single number, it must be positive.")
-            degrees = (-degrees, degrees)
+            degrees = (-float(degrees), float(degrees))
         elif isinstance(degrees, TEXT_TYPES):  # torchvision: a ValueError (length or float())
             raise ValueError(f"degrees should be a number or a sequence of two numbers, got {degrees!r}")
         elif not is_sequence(degrees):
