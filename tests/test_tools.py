@@ -168,3 +168,26 @@ def test_every_file_the_package_needs_besides_python_is_in_package_data():
     assert "py.typed" in files and any(f.startswith("sample_images/") for f in files)
     missing = [f for f in files if not any(fnmatch.fnmatch(f, pat) for pat in patterns)]
     assert not missing, f"not in pyproject's package-data: {missing}"
+
+
+def test_public_annotations_resolve_at_runtime():
+    """``typing.get_type_hints`` on every public class's constructor and function: tools that build
+    configs or CLIs from signatures (jsonargparse, LightningCLI) call it. Names imported only for
+    type checkers (``InterpolationMode``, ``Pipeline`` in DeviceLoader's) were a NameError there."""
+    import inspect
+    import typing
+
+    import gpuaug
+    import gpuaug.data
+
+    checked = 0
+    for module in (gpuaug, gpuaug.data):
+        for name in dir(module):
+            obj = getattr(module, name)
+            if name.startswith("_") or not (inspect.isclass(obj) or inspect.isfunction(obj)):
+                continue
+            if not getattr(obj, "__module__", "").startswith("gpuaug"):
+                continue
+            typing.get_type_hints(obj.__init__ if inspect.isclass(obj) else obj)
+            checked += 1
+    assert checked >= 20

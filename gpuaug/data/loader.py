@@ -7,15 +7,13 @@ import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Sized
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from ..device import select_device
-
-if TYPE_CHECKING:
-    from ..pipeline import Pipeline
 from ..packed import PackedImages
+from ..pipeline import Pipeline  # for the annotations (typing.get_type_hints reads them)
 from ..transforms._base import move
 from . import codecs
 from .collate import Batch

@@ -11,14 +11,12 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import Tensor
 
-if TYPE_CHECKING:
-    from torchvision.transforms import InterpolationMode
+from torchvision.transforms import InterpolationMode  # for the annotations (typing.get_type_hints reads them)
 
 from ..functional.geometry import PAD_MODES, flip_matrix, rotation_matrix
 from ._base import (TEXT_TYPES, Draw, Op, Params, Sizes, check_interpolation, check_probability, check_range, check_resize_filter,
