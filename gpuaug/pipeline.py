@@ -128,8 +128,8 @@ class Pipeline(nn.Module):
         moves = (RandomCrop, CenterCrop, RandomHorizontalFlip, RandomVerticalFlip)
         self._moves_pixels_only = all(isinstance(ops[i], moves) for i in self._resample_at)
         # The value of the padding of the map (RandomCrop's fill), where it is not 0.
-        self._pad_fill = next((op.fill for i, op in ((i, ops[i]) for i in self._resample_at)
-                               if isinstance(op, RandomCrop) and op.fills and i not in self._plain_crops), None)
+        self._pad_fill = next((op.fill for i, op in enumerate(ops) if i in self._resample_at
+                               and isinstance(op, RandomCrop) and op.fills and i not in self._plain_crops), None)
         self.dtype = checked_dtype(dtype)
         self.channels_last = bool(channels_last)
         if not isinstance(cuda_graph, bool):
@@ -684,8 +684,7 @@ class Pipeline(nn.Module):
         mean = inv_std = None
         if normalize is not None:
             mean, inv_std = normalize.values(x.shape[1])
-        contrast_steps = sum(op.contrast_steps() for op in map(self.ops.__getitem__, self._color_at)
-                             if isinstance(op, ColorOp))
+        contrast_steps = sum(cast(ColorOp, self.ops[i]).contrast_steps() for i in self._color_at)
         return kernels.guarded(kernels.color_program, x, torch.empty_like(x), ops, factors, mean, inv_std,
                                contrast_steps)
 
