@@ -42,7 +42,7 @@ import torch
 from torch import Tensor
 
 from .functional.geometry import PAD_MODES
-from .native import OP_BRIGHTNESS, OP_CONTRAST, OP_HUE, OP_SATURATION
+from .native import OP_BRIGHTNESS, OP_CONTRAST, OP_HUE, OP_SATURATION, normalize_stats
 from .packed import PackedImages
 from .transforms._base import int_table, to_device
 
@@ -499,9 +499,7 @@ def color_program(x: Tensor, out: Tensor, ops: Tensor, factors: Tensor, mean: Te
         raise ValueError(f"ops and factors should both be (B={B}, S), got {tuple(ops.shape)} and {tuple(factors.shape)}")
     if ops.dtype != torch.int32 or factors.dtype != torch.float32:
         raise TypeError(f"ops should be int32 and factors float32, got {ops.dtype} and {factors.dtype}")
-    if (mean is None) != (inv_std is None) or (mean is not None and inv_std is not None
-                                               and (mean.numel() != C or inv_std.numel() != C)):
-        raise ValueError(f"mean and inv_std should both be None or both hold {C} values")
+    stats = normalize_stats(mean, inv_std, C, x.device)
     steps, pixels = ops.shape[1], H * W
     if contrast_steps is None:
         contrast_steps = steps
@@ -513,16 +511,14 @@ def color_program(x: Tensor, out: Tensor, ops: Tensor, factors: Tensor, mean: Te
     # that step (of that sample) after it: no fill needed.
     partials = torch.empty(B, max(steps, 1), tiles, device=x.device, dtype=torch.float32)
     shape = dict(STEPS=steps, CHANNELS=C, TILES=triton.next_power_of_2(tiles), BLOCK=BLOCK)
-    normalize = mean is not None and inv_std is not None
-    mean = mean.to(x.device, torch.float32).contiguous() if mean is not None else factors
-    inv_std = inv_std.to(x.device, torch.float32).contiguous() if inv_std is not None else factors
+    mean, inv_std = stats if stats else (factors, factors)  # unread without NORMALIZE
     with _on_device(x.device):
         for rows, n in _parts(B):
             for occurrence in range(min(contrast_steps, steps)):
                 _contrast_sum_kernel[(tiles, n)](rows(x), rows(ops), rows(factors), rows(partials), pixels, tiles,
                                                  occurrence, **shape)
             _color_kernel[(tiles, n)](rows(x), rows(out), rows(ops), rows(factors), rows(partials), mean, inv_std,
-                                      pixels, tiles, NORMALIZE=normalize, **shape)
+                                      pixels, tiles, NORMALIZE=stats is not None, **shape)
     return out
 
 

@@ -49,6 +49,18 @@ def test_bad_arguments_are_refused_before_the_call(change, message):
 
 
 @needs_kernel
+def test_the_final_normalize_takes_both_stats_or_neither():
+    x, out, index, ops, factors = _args()
+    mean, inv_std = torch.tensor(ga.IMAGENET_MEAN), 1 / torch.tensor(ga.IMAGENET_STD)
+    native.color_program(x, out, index, ops, factors, mean.view(1, 3, 1, 1), inv_std)  # any shape of 3 values
+    expected = (gaF.adjust_brightness(gaF.adjust_brightness(x, 0.5), 0.5) - mean.view(3, 1, 1)) * inv_std.view(3, 1, 1)
+    assert (out - expected).abs().max() < 1e-5
+    for bad_mean, bad_inv_std in ((mean, None), (None, inv_std), (mean[:2], inv_std), (mean, torch.ones(4))):
+        with pytest.raises(ValueError, match="mean and inv_std should both be None or both hold 3 values"):
+            native.color_program(x, out, index, ops, factors, bad_mean, bad_inv_std)
+
+
+@needs_kernel
 def test_too_many_steps_are_refused():
     x, out, index, _, _ = _args()
     ops = torch.zeros(2, native.MAX_STEPS + 1, dtype=torch.int32)

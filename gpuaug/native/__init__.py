@@ -150,15 +150,29 @@ def color_program(x: Tensor, out: Tensor, index: Tensor, ops: Tensor, factors: T
         raise ValueError(f"index should be in [0, {N}), got values from {int(index.min())} to {int(index.max())}")
     if not out.is_contiguous():
         raise ValueError("out should be contiguous")
-    if (mean is None) != (inv_std is None) or (mean is not None and inv_std is not None and (mean.shape != (C,) or inv_std.shape != (C,))):
-        raise ValueError(f"mean and inv_std should both be ({C},) float32 tensors or both None")
+    stats = normalize_stats(mean, inv_std, C, x.device)
     x, index, ops, factors = x.contiguous(), index.contiguous(), ops.contiguous(), factors.contiguous()
-    if mean is not None and inv_std is not None:
-        mean, inv_std = mean.float().contiguous(), inv_std.float().contiguous()
     rc = lib.gpuaug_color(x.data_ptr(), n, C, h * w, out.data_ptr(), index.data_ptr(), ops.data_ptr(), factors.data_ptr(),
-                          S, None if mean is None else mean.data_ptr(), None if inv_std is None else inv_std.data_ptr())
+                          S, *(t.data_ptr() for t in stats) if stats else (None, None))
     if rc != 0:
         raise ValueError(f"the color kernel refused its arguments (code {rc})")
+
+
+def normalize_stats(mean: Tensor | None, inv_std: Tensor | None, channels: int,
+                    device: torch.device) -> tuple[Tensor, Tensor] | None:
+    """The final normalize's ``mean`` and ``inv_std`` as contiguous ``(channels,)`` float32
+    tensors on ``device``, or None where both are None (no normalize). Shared by both color kernels.
+
+    Raises:
+        ValueError: where one is None and the other not, or either holds other than ``channels`` values.
+    """
+    if mean is None and inv_std is None:
+        return None
+    if mean is None or inv_std is None or mean.numel() != channels or inv_std.numel() != channels:
+        raise ValueError(f"mean and inv_std should both be None or both hold {channels} values, got "
+                         f"{None if mean is None else tuple(mean.shape)} and {None if inv_std is None else tuple(inv_std.shape)}")
+    return (mean.to(device, torch.float32).reshape(channels).contiguous(),
+            inv_std.to(device, torch.float32).reshape(channels).contiguous())
 
 
 def channels_last(image: Tensor) -> Tensor:
