@@ -11,6 +11,30 @@ import warnings
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``gpuaug ARGS`` -> its exit status (2: bad arguments or input, named on stderr)."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "bench" and args.loader and args.plot:
+        parser.error("--plot draws the augmentation benchmark; --loader has no chart (use --json)")
+    # Output paths are checked before a run of minutes, not after it.
+    for flag in ("json", "plot"):
+        path = getattr(args, flag, None)
+        if path is not None:
+            problem = _unwritable(path)
+            if problem:
+                parser.error(f"--{flag} {path}: {problem}")
+    if getattr(args, "plot", None):
+        if importlib.util.find_spec("matplotlib") is None:
+            parser.error("--plot needs matplotlib: pip install 'gpuaug[plot]'")
+        problem = _unplottable(args.plot)
+        if problem:
+            parser.error(f"--plot {args.plot}: {problem}")
+    if args.command == "bench":
+        return (_bench_loader if args.loader else _bench)(args, parser)
+    return (_profile if args.command == "profile" else _pack)(args, parser)
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpuaug", description="Batched per-sample image augmentation on the GPU.")
     sub = parser.add_subparsers(dest="command", required=True)
     bench = sub.add_parser("bench", help="time torchvision, kornia and gpuaug on the built-in sample photos")
@@ -44,108 +68,107 @@ def main(argv: list[str] | None = None) -> int:
     pack.add_argument("--force", action="store_true",
                       help="rewrite every pack (by default a pack newer than its frames is left as it is)")
     pack.add_argument("--no-progress", action="store_true")
-    args = parser.parse_args(argv)
-    if args.command == "bench" and args.loader and args.plot:
-        parser.error("--plot draws the augmentation benchmark; --loader has no chart (use --json)")
-    # Output paths are checked before a run of minutes, not after it.
-    for flag in ("json", "plot"):
-        path = getattr(args, flag, None)
-        if path is not None:
-            problem = _unwritable(path)
-            if problem:
-                parser.error(f"--{flag} {path}: {problem}")
-    if getattr(args, "plot", None):
-        if importlib.util.find_spec("matplotlib") is None:
-            parser.error("--plot needs matplotlib: pip install 'gpuaug[plot]'")
-        problem = _unplottable(args.plot)
-        if problem:
-            parser.error(f"--plot {args.plot}: {problem}")
+    return parser
 
-    if args.command == "bench" and args.loader:
-        from . import bench_loader
 
-        if args.num_workers < 0 or args.files < 1 or args.step_ms < 0:
-            parser.error(f"--files must be positive, --num-workers and --step-ms not negative; got --files "
-                         f"{args.files}, --num-workers {args.num_workers}, --step-ms {args.step_ms}")
-        files = 48 if args.quick else args.files
-        device = args.device[0] if args.device else None
-        try:
-            rows = bench_loader.run(None, files, args.num_workers, 16 if args.quick else 32, args.step_ms, device,
-                                    progress=not args.no_progress)
-        except ValueError as e:
-            print(f"gpuaug bench: {e}", file=sys.stderr)
-            return 2
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"rows": rows}, f, indent=2)
-        print(bench_loader.format_table(rows))
-    elif args.command == "bench":
-        from . import bench as b
+def _bench_loader(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``gpuaug bench --loader``: DataLoader workers with torchvision transforms vs decode-only workers."""
+    from . import bench_loader
 
-        if args.repeats < 1 or any(s < 1 for s in args.batch_sizes):
-            parser.error(f"--repeats and --batch-sizes must be positive, got --repeats {args.repeats}, "
-                         f"--batch-sizes {' '.join(map(str, args.batch_sizes))}")
-        batch_sizes, repeats = ([16], 2) if args.quick else (args.batch_sizes, args.repeats)
+    if args.num_workers < 0 or args.files < 1 or args.step_ms < 0:
+        parser.error(f"--files must be positive, --num-workers and --step-ms not negative; got --files "
+                     f"{args.files}, --num-workers {args.num_workers}, --step-ms {args.step_ms}")
+    files = 48 if args.quick else args.files
+    device = args.device[0] if args.device else None
+    try:
+        rows = bench_loader.run(None, files, args.num_workers, 16 if args.quick else 32, args.step_ms, device,
+                                progress=not args.no_progress)
+    except ValueError as e:
+        print(f"gpuaug bench: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows}, f, indent=2)
+    print(bench_loader.format_table(rows))
+    return 0
 
-        def on_row(rows):  # partial results survive a run cut short
-            if args.json:
-                b.save_json(rows, args.json)
-            if args.no_progress:
-                r = rows[-1]
-                done = f"{r['images_per_s']:.1f} img/s" if r["images_per_s"] is not None else f"failed: {r['error']}"
-                print(f"gpuaug bench: {r['device']} batch {r['batch']} {r['method']}: {done}", file=sys.stderr,
-                      flush=True)
 
-        try:
-            rows = b.run(args.device, batch_sizes, repeats, progress=not args.no_progress, on_row=on_row)
-        except ValueError as e:
-            print(f"gpuaug bench: {e}", file=sys.stderr)
-            return 2
+def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``gpuaug bench``: torchvision, kornia and gpuaug on the sample photos, the table printed last."""
+    from . import bench as b
+
+    if args.repeats < 1 or any(s < 1 for s in args.batch_sizes):
+        parser.error(f"--repeats and --batch-sizes must be positive, got --repeats {args.repeats}, "
+                     f"--batch-sizes {' '.join(map(str, args.batch_sizes))}")
+    batch_sizes, repeats = ([16], 2) if args.quick else (args.batch_sizes, args.repeats)
+
+    def on_row(rows):  # partial results survive a run cut short
         if args.json:
             b.save_json(rows, args.json)
-        if args.plot:
-            b.save_plot(rows, args.plot)
-        print(b.format_table(rows))
-    elif args.command == "profile":
-        from . import profile
+        if args.no_progress:
+            r = rows[-1]
+            done = f"{r['images_per_s']:.1f} img/s" if r["images_per_s"] is not None else f"failed: {r['error']}"
+            print(f"gpuaug bench: {r['device']} batch {r['batch']} {r['method']}: {done}", file=sys.stderr,
+                  flush=True)
 
-        if args.max_files < 1 or args.batch_size < 1 or args.step_ms < 0:
-            parser.error(f"--max-files and --batch-size must be positive, --step-ms not negative; got --max-files "
-                         f"{args.max_files}, --batch-size {args.batch_size}, --step-ms {args.step_ms}")
-        try:
-            report = profile.run(args.dir, args.max_files, args.step_ms, args.device, args.batch_size,
-                                 progress=not args.no_progress)
-        except (FileNotFoundError, ValueError) as e:
-            print(f"gpuaug profile: {e}", file=sys.stderr)
-            return 2
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(report, f, indent=2)
-        print(profile.format_report(report))
-    elif args.command == "pack":
-        from .data.clips import pack_folder
-        from .data.decode import DecodeError
+    try:
+        rows = b.run(args.device, batch_sizes, repeats, progress=not args.no_progress, on_row=on_row)
+    except ValueError as e:
+        print(f"gpuaug bench: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        b.save_json(rows, args.json)
+    if args.plot:
+        b.save_plot(rows, args.plot)
+    print(b.format_table(rows))
+    return 0
 
-        try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always", RuntimeWarning)
-                counts = pack_folder(args.src, args.dst, progress=not args.no_progress, on_error=args.on_error,
-                                     force=args.force)
-        except (FileNotFoundError, ValueError) as e:
-            hint = " (--on-error skip packs the others)" if isinstance(e, DecodeError) else ""
-            print(f"gpuaug pack: {e}{hint}", file=sys.stderr)
-            return 2
-        except OSError as e:  # writing DST: not a directory, no space left, no permission
-            print(f"gpuaug pack: cannot write under {args.dst} ({e}); the packs written before stay", file=sys.stderr)
-            return 2
-        for w in caught:  # its own warnings (skipped videos, orphaned packs) as plain lines
-            if str(w.message).startswith("gpuaug pack:"):
-                print(w.message, file=sys.stderr)
-            else:
-                warnings.showwarning(w.message, w.category, w.filename, w.lineno)
-        print(f"packed {counts.packed} videos into {args.dst}"
-              + (f", {counts.up_to_date} already up to date" if counts.up_to_date else "")
-              + (f", skipped {counts.skipped}" if counts.skipped else ""))
+
+def _profile(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``gpuaug profile DIR``: where a loader's time goes (disk, decode, augment)."""
+    from . import profile
+
+    if args.max_files < 1 or args.batch_size < 1 or args.step_ms < 0:
+        parser.error(f"--max-files and --batch-size must be positive, --step-ms not negative; got --max-files "
+                     f"{args.max_files}, --batch-size {args.batch_size}, --step-ms {args.step_ms}")
+    try:
+        report = profile.run(args.dir, args.max_files, args.step_ms, args.device, args.batch_size,
+                             progress=not args.no_progress)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"gpuaug profile: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+    print(profile.format_report(report))
+    return 0
+
+
+def _pack(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``gpuaug pack SRC DST``: each video's frames into one file (:func:`gpuaug.data.pack_folder`)."""
+    from .data.clips import pack_folder
+    from .data.decode import DecodeError
+
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", RuntimeWarning)
+            counts = pack_folder(args.src, args.dst, progress=not args.no_progress, on_error=args.on_error,
+                                 force=args.force)
+    except (FileNotFoundError, ValueError) as e:
+        hint = " (--on-error skip packs the others)" if isinstance(e, DecodeError) else ""
+        print(f"gpuaug pack: {e}{hint}", file=sys.stderr)
+        return 2
+    except OSError as e:  # writing DST: not a directory, no space left, no permission
+        print(f"gpuaug pack: cannot write under {args.dst} ({e}); the packs written before stay", file=sys.stderr)
+        return 2
+    for w in caught:  # its own warnings (skipped videos, orphaned packs) as plain lines
+        if str(w.message).startswith("gpuaug pack:"):
+            print(w.message, file=sys.stderr)
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    print(f"packed {counts.packed} videos into {args.dst}"
+          + (f", {counts.up_to_date} already up to date" if counts.up_to_date else "")
+          + (f", skipped {counts.skipped}" if counts.skipped else ""))
     return 0
 
 
