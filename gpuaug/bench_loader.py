@@ -7,7 +7,7 @@ Two measures:
   only), timed in this process with one thread: what each extra worker buys;
 * the loop — a DataLoader with the same ``num_workers`` feeding a simulated training step
   (``step_ms`` of sleep, as a GPU step leaves the CPU free): images/s and the fraction of time the
-  loop waited for data.
+  loop waited for data, in its steady state (:func:`steady_order`: the workers' start is left out).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -83,20 +83,50 @@ def worker_capacity(dataset, n: int) -> float:
     return n / statistics.median(times)
 
 
-def simulated_loop(batches, step_ms: float) -> tuple[float, float, int]:
-    """Run a simulated training loop: -> (seconds, seconds waiting for data, images)."""
-    waited, images = 0.0, 0
+class LoopTiming(NamedTuple):
+    """A simulated loop's timing: ``images`` arrived in ``seconds``, ``waited`` of them spent
+    waiting for data, all counted after the warm-up, which took ``warmup_seconds``."""
+
+    seconds: float
+    waited: float
+    images: int
+    warmup_seconds: float
+
+
+def simulated_loop(batches, step_ms: float, warmup: int = 0) -> LoopTiming:
+    """Run a simulated training loop over ``batches`` (each ``(images, labels)``), ``step_ms`` of
+    sleep a batch (a GPU step leaves the CPU free). Counted after the first ``warmup`` batches (the
+    workers starting and their first batches in flight: a long run pays them once), or over the
+    whole run where it has no more batches than that."""
+    asked, waits, counts = [], [], []  # per batch: when the loop asked for it, how long it waited, its images
     start = time.perf_counter()
     it = iter(batches)
     while True:
         t = time.perf_counter()
         batch = next(it, None)
-        waited += time.perf_counter() - t
         if batch is None:
             break
-        images += len(batch[1])
-        time.sleep(step_ms / 1000)  # the training step: on a GPU it leaves the CPU free
-    return time.perf_counter() - start, waited, images
+        asked.append(t)
+        waits.append(time.perf_counter() - t)
+        counts.append(len(batch[1]))
+        time.sleep(step_ms / 1000)
+    end = time.perf_counter()
+    skip = warmup if len(asked) > warmup else 0
+    since = asked[skip] if skip else start
+    return LoopTiming(end - since, sum(waits[skip:]), sum(counts[skip:]), since - start)
+
+
+MEASURED_BATCHES = 16  # a loop's batches timed after its warm-up, at the least
+
+
+def steady_order(n_items: int, batch_size: int, num_workers: int) -> tuple[list[int], int]:
+    """A DataLoader ``sampler`` for timing a loop's steady state, as a long run sees it -> (the
+    item indices, the warm-up batches to leave out of the timing): one batch a worker (at least
+    one: the workers' start and first batches), then ``max(MEASURED_BATCHES, 2 * num_workers)``
+    batches, the ``n_items`` taken again in order as needed."""
+    warmup = max(num_workers, 1)
+    batches = warmup + max(MEASURED_BATCHES, 2 * num_workers)
+    return [i % n_items for i in range(batches * batch_size)], warmup
 
 
 def run(root=None, n_files: int = 192, num_workers: int = 2, batch_size: int = 32, step_ms: float = 20.0,
@@ -115,22 +145,24 @@ def run(root=None, n_files: int = 192, num_workers: int = 2, batch_size: int = 3
         bar.update()
         cap_decode = worker_capacity(decode_only, n_cap)
         bar.update()
-        kwargs = dict(batch_size=batch_size, num_workers=num_workers, pin_memory=device.type == "cuda",
+        order, warmup = steady_order(len(decode_only), batch_size, num_workers)
+        kwargs = dict(batch_size=batch_size, sampler=order, num_workers=num_workers, pin_memory=device.type == "cuda",
                       persistent_workers=False)
-        seconds, waited, images = simulated_loop(DataLoader(with_transforms, shuffle=False, **kwargs), step_ms)
+        seconds, waited, images, _ = simulated_loop(DataLoader(with_transforms, **kwargs), step_ms, warmup)
         rows: list[dict[str, Any]] = [{"setup": "workers: decode + torchvision v2 transforms", "device": "cpu (workers)",
                  "worker_images_per_s": cap_tv, "loop_images_per_s": images / seconds,
                  "data_wait_fraction": waited / seconds}]
         bar.update()
         loader = DeviceLoader(DataLoader(decode_only, collate_fn=collate, **kwargs), gpuaug_pipeline(device))
-        seconds, waited, images = simulated_loop(loader, step_ms)
+        seconds, waited, images, _ = simulated_loop(loader, step_ms, warmup)
         rows.append({"setup": "workers: decode only; gpuaug in the loop (DeviceLoader)", "device": str(device),
                      "worker_images_per_s": cap_decode, "loop_images_per_s": images / seconds,
                      "data_wait_fraction": waited / seconds})
         bar.update()
         bar.close()
     for r in rows:
-        r.update(num_workers=num_workers, batch_size=batch_size, step_ms=step_ms, files=len(decode_only))
+        r.update(num_workers=num_workers, batch_size=batch_size, step_ms=step_ms, files=len(decode_only),
+                 warmup_batches=warmup, measured_batches=len(order) // batch_size - warmup)
         r["x_worker_capacity"] = r["worker_images_per_s"] / cap_tv
     return rows
 
@@ -144,5 +176,6 @@ def format_table(rows: list[dict]) -> str:
     r = rows[0]
     lines.append(f"worker img/s: one worker core (1 thread), decode (+ transforms); x: over the transforming worker. "
                  f"loop: {r['files']} files, num_workers={r['num_workers']}, batch {r['batch_size']}, "
-                 f"simulated step {r['step_ms']:.0f} ms; gpuaug ran on {rows[1]['device']}.")
+                 f"simulated step {r['step_ms']:.0f} ms, timed after a warm-up of {r['warmup_batches']} batches "
+                 f"(the workers' start), over {r['measured_batches']}; gpuaug ran on {rows[1]['device']}.")
     return "\n".join(lines)

@@ -3,8 +3,9 @@
 Stages, each timed on its own: raw read (bytes only: the disk), decode (one core), torchvision CPU
 transforms (one core), gpuaug (on the best device). Then a DataLoader sweep over ``num_workers``
 (up to the core count), ``pin_memory`` and ``prefetch_factor`` with decode-only workers, gpuaug in
-the loop and a simulated training step. It says which stage bounds the loader and which settings
-ran fastest.
+the loop and a simulated training step, each setting timed in its steady state (its warm-up timed
+apart: :func:`gpuaug.bench_loader.steady_order`). It says which stage bounds the loader and which
+settings ran fastest.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from .bench import gpuaug_pipeline, torchvision_transform
-from .bench_loader import simulated_loop
+from .bench_loader import MEASURED_BATCHES, simulated_loop, steady_order
 from .cpu import keep_freed_memory
 from .data import DeviceLoader, ImageFiles, collate
 from .data.datasets import IMG_EXTENSIONS, find_files
@@ -113,12 +114,16 @@ def run(directory, max_files: int = 256, step_ms: float = 20.0, device=None, bat
     for w, pin, pf in sweep_plan:
         bar.set_postfix_str(f"workers={w} pin={pin} prefetch={pf}")
         kwargs: dict[str, Any] = {"prefetch_factor": pf} if w > 0 else {}
-        dl = DataLoader(dataset, batch_size=batch_size, num_workers=w, pin_memory=pin, collate_fn=collate, **kwargs)
+        order, warmup = steady_order(len(dataset), batch_size, w)  # the steady state, as a long run sees it
+        dl = DataLoader(dataset, batch_size=batch_size, sampler=order, num_workers=w, pin_memory=pin,
+                        collate_fn=collate, **kwargs)
         with warnings.catch_warnings():  # the bad files, reported once above, not once per setting
             warnings.filterwarnings("ignore", message="gpuaug: skipping", category=RuntimeWarning)
-            seconds, waited, n = simulated_loop(DeviceLoader(dl, pipe, on_error="skip"), step_ms)
+            timing = simulated_loop(DeviceLoader(dl, pipe, on_error="skip"), step_ms, warmup=warmup)
         sweep.append({"num_workers": w, "pin_memory": pin, "prefetch_factor": pf,
-                      "images_per_s": n / seconds, "data_wait_fraction": waited / seconds})
+                      "images_per_s": timing.images / timing.seconds,
+                      "data_wait_fraction": timing.waited / timing.seconds,
+                      "warmup_batches": warmup, "warmup_s": timing.warmup_seconds, "batches": len(order) // batch_size})
         bar.update()
     bar.close()
 
@@ -147,11 +152,14 @@ def format_report(r: dict) -> str:
         f"  gpuaug ({s['gpuaug']['device']:<6})          {s['gpuaug']['images_per_s']:10.1f} img/s",
         *_skipped_lines(s["read"]["unreadable_files"] + s["decode"]["undecodable"]),
         "",
-        f"  {'num_workers':>11} {'pin_memory':>10} {'prefetch':>8} {'img/s':>9} {'data wait':>9}",
+        f"  {'num_workers':>11} {'pin_memory':>10} {'prefetch':>8} {'img/s':>9} {'data wait':>9} {'warm-up':>9}",
     ]
     for row in r["sweep"]:
         lines.append(f"  {row['num_workers']:>11} {str(row['pin_memory']):>10} {str(row['prefetch_factor']):>8} "
-                     f"{row['images_per_s']:>9.1f} {100 * row['data_wait_fraction']:>8.1f}%")
+                     f"{row['images_per_s']:>9.1f} {100 * row['data_wait_fraction']:>8.1f}% "
+                     f"{1000 * row['warmup_s']:>6.0f} ms")
+    lines.append("  img/s and data wait: after the warm-up (the workers' start and first batch each, timed apart), "
+                 f"over {MEASURED_BATCHES} or more batches, files taken again as needed")
     b, best = r["bounds_images_per_s"], r["best"]
     lines += [
         "",

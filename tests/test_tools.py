@@ -8,6 +8,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+import torch
 
 import gpuaug.profile
 from gpuaug import DecodeError
@@ -47,10 +48,38 @@ def test_profile_prints_bottleneck_and_writes_json(jpeg_folder, tmp_path, capsys
     assert report["stages"]["read"]["files_per_s"] > 0 and report["sweep"]
     assert {r["num_workers"] for r in report["sweep"]} >= {0, 1}
     assert all(r["images_per_s"] > 0 for r in report["sweep"])
+    # each setting: its warm-up (one batch a worker) timed apart, then 16+ batches, files taken again
+    assert all(r["warmup_batches"] == max(r["num_workers"], 1) and r["warmup_s"] > 0
+               and r["batches"] - r["warmup_batches"] >= 16 for r in report["sweep"])
     bounds = report["bounds_images_per_s"]  # the bound named is the slowest stage, the setting advised the fastest
     assert bounds[report["bottleneck"]] == min(bounds.values())
     assert report["best"]["images_per_s"] == max(r["images_per_s"] for r in report["sweep"])
     assert f"the loader is bound by: {report['bottleneck']}" in text
+
+
+def test_simulated_loop_times_the_steady_state_after_its_warm_up(monkeypatch):
+    """The workers' start (a long first wait) is timed apart, not spread over a short run's batches:
+    `gpuaug profile` advised num_workers=0 on 8-batch runs because of it."""
+    import gpuaug.bench_loader as bench_loader
+
+    clock = [0.0]
+    monkeypatch.setattr(bench_loader.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(bench_loader.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+
+    def batches(waits):
+        for wait in waits:
+            clock[0] += wait
+            yield torch.zeros(4, 1), torch.zeros(4)
+
+    waits = [0.5, 0.01, 0.0, 0.03, 0.0]  # seconds each batch keeps the loop waiting
+    timing = bench_loader.simulated_loop(batches(waits), step_ms=20, warmup=2)
+    assert timing.images == 12 and timing.warmup_seconds == pytest.approx(0.5 + 0.01 + 2 * 0.02)
+    assert timing.waited == pytest.approx(0.03) and timing.seconds == pytest.approx(0.03 + 3 * 0.02)
+    whole = bench_loader.simulated_loop(batches(waits), step_ms=20)  # no warm-up: all of it
+    assert whole.images == 20 and whole.warmup_seconds == 0
+    assert whole.waited == pytest.approx(0.54) and whole.seconds == pytest.approx(0.54 + 5 * 0.02)
+    short = bench_loader.simulated_loop(batches(waits[:2]), step_ms=20, warmup=2)  # too short to skip any
+    assert short.images == 8 and short.waited == pytest.approx(0.51)
 
 
 def test_profile_on_a_folder_without_images(tmp_path, capsys):
@@ -64,6 +93,7 @@ def test_loader_bench_quick(tmp_path, capsys):
                  "--json", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
     assert len(rows) == 2 and rows[0]["x_worker_capacity"] == 1.0
+    assert all(r["warmup_batches"] == max(r["num_workers"], 1) and r["measured_batches"] >= 16 for r in rows)
     assert rows[1]["worker_images_per_s"] > rows[0]["worker_images_per_s"]  # decoding alone is cheaper
     assert "worker img/s" in capsys.readouterr().out
 
