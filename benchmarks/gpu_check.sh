@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The one device check, for a session that is lent a GPU (device tool, one call: 445 s on the H200
 # on 2026-12-04, before the cuda_graph profile and the tile timing were added; the timeouts below
-# add up to ~16 minutes, past the device call's 600 s: the steps run in priority order, so a cut
+# add up to ~18 minutes, past the device call's 600 s: the steps run in priority order, so a cut
 # loses the last ones, and each step's output is already under $OUT). In that order: CUDA tests,
 # the GPU benchmark, a kernel profile of the pipeline (eager, then cuda_graph=True), the
-# resampling's tiles timed (tune_kernels.py), torch.compile's effect, the profile with
+# resampling's tiles timed (tune_kernels.py), the taps of ragged batches with large photos
+# (taps_bench.py: the kernel before and after 2026-12-06), torch.compile's effect, the profile with
 # GPUAUG_TRITON=0 (torch kernels), the worker-to-GPU handoff of a ragged batch and the CIFAR
 # recipe, everything written under $OUT.
 # Run from the repository root:  bash benchmarks/gpu_check.sh
@@ -60,6 +61,9 @@ timeout 45 $PY benchmarks/profile_pipeline.py --device cuda --batch 256 --rows 8
 
 step "the resampling's and the warp's tiles, timed (each kernel alone, batch 256), then the call with the fastest"
 timeout 150 $PY benchmarks/tune_kernels.py --device cuda --batch 256 2>&1 | tee "$OUT/tune_gpu.txt" | tail -n 16
+
+step "ragged batches with a few large photos: the resampling's taps unrolled as before vs 8 + a per-sample loop (compiles, img/s)"
+timeout 120 $PY benchmarks/taps_bench.py --device cuda 2>&1 | tee "$OUT/taps_gpu.txt" | tail -n 4
 
 step "torch.compile on CUDA (batch 256): default, then reduce-overhead (CUDA graphs: is eager launch-bound?)"
 timeout 75 $PY benchmarks/compile_check.py --device cuda --batch 256 --ragged 8 2>&1 | tee "$OUT/compile_gpu.txt" | tail -n 5

@@ -63,8 +63,9 @@ def _resampling_passes(first_axis: int, taps: tuple[int, int], out: tuple[int, i
         tile = gk.resample_tiles(shape[1])[axis]
         label = f"{'row' if axis == 0 else 'column'} pass {'first' if first else 'second'} ({src[1:]}, {taps[axis]} taps)"
         passes.append((label, {"src": src, "out": "*fp16", **axes},
-                       {**plain, "TAPS": taps[axis], "AXIS": axis, "FIRST": first, "BLOCK_P": tile[0], "BLOCK_Q": tile[1],
-                        "COLUMNS_ACROSS": axis == 1 and gk.RESAMPLE_COLUMNS_ACROSS},
+                       {**plain, "TAPS": min(taps[axis], gk.RESAMPLE_UNROLLED_TAPS), "AXIS": axis, "FIRST": first,
+                        "BLOCK_P": tile[0], "BLOCK_Q": tile[1], "COLUMNS_ACROSS": axis == 1 and gk.RESAMPLE_COLUMNS_ACROSS,
+                        "MORE_TAPS": taps[axis] > gk.RESAMPLE_UNROLLED_TAPS, "LOOP_TAPS": gk.RESAMPLE_LOOP_TAPS},
                        shape))
     return passes
 
@@ -77,6 +78,9 @@ def main(argv=None) -> None:
     parser.add_argument("--columns-across", type=int, choices=(0, 1),
                         help="hold the column pass's tile as (columns, rows) (gpu_kernels.RESAMPLE_COLUMNS_ACROSS; "
                              "default: what this Triton gets)")
+    parser.add_argument("--more-taps", action="store_true",
+                        help="also count the taps past gpu_kernels.RESAMPLE_UNROLLED_TAPS: every tap unrolled (a "
+                             "kernel per count) against the unrolled ones plus the per-sample loop")
     args = parser.parse_args(argv)
     saved = gk.RESAMPLE_COLUMN_TILE, gk.RESAMPLE_COLUMNS_ACROSS
     if args.column_tile:
@@ -85,6 +89,8 @@ def main(argv=None) -> None:
         gk.RESAMPLE_COLUMNS_ACROSS = bool(args.columns_across)
     try:
         _count(args)
+        if args.more_taps:
+            _count_more_taps(args)
     finally:
         gk.RESAMPLE_COLUMN_TILE, gk.RESAMPLE_COLUMNS_ACROSS = saved
 
@@ -133,6 +139,31 @@ def _count(args) -> None:
           f"(whole tiles), M instructions: rows first {per_plane[0] / 1e6:.2f}, columns first "
           f"{per_plane[1] / 1e6:.2f} (RESAMPLE_FIRST_AXIS = {gk.RESAMPLE_FIRST_AXIS} now; column tile "
           f"{gk.RESAMPLE_COLUMN_TILE}, held {'across' if gk.RESAMPLE_COLUMNS_ACROSS else 'as (rows, columns)'})")
+
+
+def _count_more_taps(args, needed=(9, 13, 17, 25, 33)) -> None:
+    """Instructions per output pixel of each pass for a sample needing ``needed`` taps (a large
+    downscale: a ragged batch's large photo), every tap unrolled (the kernel before 2026-12-06, one
+    per count) against ``RESAMPLE_UNROLLED_TAPS`` unrolled plus a loop over the rest,
+    ``RESAMPLE_LOOP_TAPS`` an iteration: an iteration estimated as the loop kernel's extra
+    instructions over the unrolled one's (an upper bound: the loop's set-up counts in it)."""
+    unrolled = gk.RESAMPLE_UNROLLED_TAPS
+    print(f"taps past {unrolled} (RESAMPLE_UNROLLED_TAPS), instructions per output pixel, sm_{args.arch}:")
+    for label, signature, constants, _ in _resampling_passes(0, (5, 6), (224, 224), (375, 500)):
+        tile = (constants["BLOCK_P"], constants["BLOCK_Q"])
+        pixels = tile[0] * tile[1] / (32 * gk.RESAMPLE_WARPS)
+
+        def per_pixel(taps: int, more: bool) -> float:
+            counts, _ = instructions(gk._resample_kernel, signature, {**constants, "TAPS": taps, "MORE_TAPS": more},
+                                     gk.RESAMPLE_WARPS, args.arch)
+            return sum(counts.values()) / pixels
+
+        base, loop, step = per_pixel(unrolled, False), per_pixel(unrolled, True), gk.RESAMPLE_LOOP_TAPS
+        iteration = loop - base
+        rows = ", ".join(f"{n}: {per_pixel(n, False):.0f} / {base + -(-(n - unrolled) // step) * iteration:.0f}"
+                         for n in needed)
+        print(f"  {label.split(' (')[0]}: needed taps: all unrolled / {unrolled} + loop ({step} taps an iteration, "
+              f"~{iteration:.0f}) -- {rows}")
 
 
 if __name__ == "__main__":

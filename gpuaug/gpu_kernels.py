@@ -84,6 +84,17 @@ RESAMPLE_FIRST_AXIS = 0
 # (columns, rows), which 3.6 gives one column a thread (77) and 3.8 one row (206). Versions in
 # between are not counted: they get 3.6's choice. benchmarks/kernel_instructions.py counts it.
 RESAMPLE_COLUMNS_ACROSS = triton is not None and tuple(int(v) for v in triton.__version__.split(".")[:2]) < (3, 8)
+# The resampling's taps unrolled at most (a 375x500 photo cut and resized to 224 needs 5-6). A
+# pass needs the taps of its batch's largest downscale (a ragged batch of photos: its largest
+# image), and each count was a kernel of its own, compiled on first use (0.3-2.3 s each here, for
+# sm_90), every one running every sample through that many taps. Past this count the kernel
+# unrolls these and loops over the rest as far as each sample's own scale needs: one kernel for
+# every count above it, and a sample is not slowed by a larger image in its batch.
+RESAMPLE_UNROLLED_TAPS = 8
+# Taps a loop iteration takes past them (a sample's last may be one past its count, of weight 0):
+# sm_90 SASS per tap and output pixel, row pass / column pass, 16 / 10.5 one at a time, 13 / 9 in
+# twos, 11.5 / 8.8 in fours, against ~10.5 / 9.5 unrolled (benchmarks/kernel_instructions.py).
+RESAMPLE_LOOP_TAPS = 2
 # CUDA's limit on a grid's second dimension, where these kernels put the samples (or sample x
 # channel planes): a bigger batch (a CIFAR-sized dataset augmented at once: 50000 x 3 planes) is
 # launched in parts of whole samples.
@@ -317,6 +328,28 @@ if triton is not None:
         return at
 
     @triton.jit
+    def _tap(plane, fixed, read_o, mask_fixed, at, center, support, lo, hi, content_lo, content_hi, limit_f, stride,
+             PAD: tl.constexpr, PAD_OUTPUT: tl.constexpr, CUBIC: tl.constexpr, O_DIM: tl.constexpr):
+        """One tap of :func:`_resample_kernel`: source pixel ``at`` (along the pass's axis, one per
+        output coordinate) -> (its filter weight, the weighted pixels it reads across the tile)."""
+        d = tl.abs((at + 0.5 - center) / support)
+        if CUBIC:  # gpuaug.functional.geometry.cubic_filter (negative lobes)
+            w = tl.where(d < 1.0, (1.5 * d - 2.5) * d * d + 1.0,
+                         tl.where(d < 2.0, ((-0.5 * d + 2.5) * d - 4.0) * d + 2.0, 0.0))
+        else:
+            w = tl.maximum(1.0 - d, 0.0)
+        w = tl.where((at >= lo) & (at < hi), w, 0.0)
+        if PAD == 0 or PAD_OUTPUT:  # padding reads as 0
+            read = (w != 0.0) & (at >= content_lo) & (at < content_hi)
+        else:  # padding copies a pixel of the content
+            read = w != 0.0
+            at = _pad_index(at, content_lo, content_hi, PAD)
+        shift = tl.minimum(tl.maximum(at, 0.0), limit_f - 1.0).to(tl.int64) * stride
+        source = tl.load(plane + fixed + _spread(shift, O_DIM), mask=_spread(read & read_o, O_DIM) & mask_fixed,
+                         other=0)
+        return w, _spread(w, O_DIM) * source.to(tl.float32)
+
+    @triton.jit
     def _spread(v, DIM: tl.constexpr):
         """A vector along dimension ``DIM`` of a tile (the pass's output coordinate), across it."""
         if DIM == 0:
@@ -332,7 +365,8 @@ if triton is not None:
                          CHANNELS: tl.constexpr, TAPS: tl.constexpr, AXIS: tl.constexpr, RAGGED: tl.constexpr,
                          ANTIALIAS: tl.constexpr, PAD: tl.constexpr, PAD_OUTPUT: tl.constexpr,
                          CUBIC: tl.constexpr, FIRST: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr,
-                         COLUMNS_ACROSS: tl.constexpr = False):
+                         COLUMNS_ACROSS: tl.constexpr = False, MORE_TAPS: tl.constexpr = False,
+                         LOOP_TAPS: tl.constexpr = 1):
         """Grid ``(tiles of P x Q, B*C)``: one pass of the separable resampling along ``AXIS``
         (0: rows, 1: columns) -> contiguous ``out[n, c, p, q]``, times ``scale``, a
         ``BLOCK_P x BLOCK_Q`` tile a program.
@@ -340,8 +374,9 @@ if triton is not None:
         Output coordinate ``o`` (``p`` for rows, ``q`` for columns) has its center at source
         ``s * (o + 0.5) + t`` and takes the triangle-filtered source (support ``max(|s|, 1)`` when
         ``ANTIALIAS``, else 1; ``CUBIC``: the cubic filter over twice that) over the ``TAPS``
-        pixels from ``floor(center - support)``, those
-        outside the window ``[lo, hi)`` weighing 0, normalized, those outside ``[content_lo,
+        pixels from ``floor(center - support)`` (``MORE_TAPS``: then, in a loop, as many more as
+        this sample's own scale needs, as :func:`gpuaug.functional.geometry.tap_count` counts
+        them), those outside the window ``[lo, hi)`` weighing 0, normalized, those outside ``[content_lo,
         content_hi)`` reading 0 (padding; ``PAD`` 1, 2, 3: the pixel torchvision's edge, reflect,
         symmetric padding copies there); outside ``[valid_lo, valid_hi)`` the output is 0, or, with
         ``PAD_OUTPUT`` (a crop that copies pixels after a resize; the content then reads 0 past
@@ -425,25 +460,20 @@ if triton is not None:
             total = tl.full([BLOCK_P, BLOCK_Q], 0.0, tl.float32)
         O_DIM: tl.constexpr = 0 if AXIS == 0 or COLUMNS_ACROSS else 1  # the tile dimension along o
         weights = tl.full(o.shape, 0.0, tl.float32)
-        for k in tl.static_range(TAPS):
-            at = first + k  # along o: the tap's source pixel, its weight, whether it is read
-            d = tl.abs((at + 0.5 - center) / support)
-            if CUBIC:  # gpuaug.functional.geometry.cubic_filter (negative lobes)
-                w = tl.where(d < 1.0, (1.5 * d - 2.5) * d * d + 1.0,
-                             tl.where(d < 2.0, ((-0.5 * d + 2.5) * d - 4.0) * d + 2.0, 0.0))
-            else:
-                w = tl.maximum(1.0 - d, 0.0)
-            w = tl.where((at >= lo) & (at < hi), w, 0.0)
-            if PAD == 0 or PAD_OUTPUT:  # padding reads as 0
-                read = (w != 0.0) & (at >= content_lo) & (at < content_hi)
-            else:  # padding copies a pixel of the content
-                read = w != 0.0
-                at = _pad_index(at, content_lo, content_hi, PAD)
-            shift = tl.minimum(tl.maximum(at, 0.0), limit_f - 1.0).to(tl.int64) * (sp if AXIS == 0 else sq)
-            source = tl.load(plane + fixed + _spread(shift, O_DIM), mask=_spread(read & mask_o, O_DIM) & mask_fixed,
-                             other=0)
-            total += _spread(w, O_DIM) * source.to(tl.float32)
+        stride = sp if AXIS == 0 else sq
+        for k in tl.static_range(TAPS):  # along o: the tap's source pixel, its weight, what it reads
+            w, part = _tap(plane, fixed, mask_o, mask_fixed, first + k, center, support, lo, hi, content_lo,
+                           content_hi, limit_f, stride, PAD, PAD_OUTPUT, CUBIC, O_DIM)
+            total += part
             weights += w
+        if MORE_TAPS:  # the rest of this sample's taps (tap_count of its own scale)
+            span = 4.0 * support if CUBIC else 2.0 * support
+            for k in range(TAPS, tl.floor(span).to(tl.int32) + 2, LOOP_TAPS):
+                for j in tl.static_range(LOOP_TAPS):
+                    w, part = _tap(plane, fixed, mask_o, mask_fixed, first + (k + j), center, support, lo, hi,
+                                   content_lo, content_hi, limit_f, stride, PAD, PAD_OUTPUT, CUBIC, O_DIM)
+                    total += part
+                    weights += w
         value = total / _spread(tl.maximum(weights, 1e-12), O_DIM) * scale
         if not PAD_OUTPUT:  # padding of a later crop
             value = tl.where(_spread((at_o >= valid_lo) & (at_o < valid_hi), O_DIM), value, 0.0)
@@ -673,7 +703,8 @@ def resample_axes(x: Tensor | Packed, axes: Tensor, size: tuple[int, int], taps:
                 tile_p, tile_q = resample_tiles(Q)[axis]
                 _resample_kernel[(triton.cdiv(P, tile_p) * triton.cdiv(Q, tile_q), n * C)](
                     source, target, rows(axes), table, P, Q, limits[axis], *source_strides, scale_by, CHANNELS=C,
-                    TAPS=taps[axis], AXIS=axis, RAGGED=ragged and is_first, ANTIALIAS=antialias, PAD=pad,
+                    TAPS=min(taps[axis], RESAMPLE_UNROLLED_TAPS), MORE_TAPS=taps[axis] > RESAMPLE_UNROLLED_TAPS,
+                    LOOP_TAPS=RESAMPLE_LOOP_TAPS, AXIS=axis, RAGGED=ragged and is_first, ANTIALIAS=antialias, PAD=pad,
                     PAD_OUTPUT=bool(pad_output), CUBIC=bool(cubic), FIRST=is_first, BLOCK_P=tile_p, BLOCK_Q=tile_q,
                     COLUMNS_ACROSS=axis == 1 and RESAMPLE_COLUMNS_ACROSS, num_warps=RESAMPLE_WARPS)
     return out

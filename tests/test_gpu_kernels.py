@@ -260,6 +260,36 @@ def test_bicubic_resampling_matches_axis_taps(kernel, dtype, first_axis):
         assert (ref - bilinear).abs().max() > 0.05 and (ref.amin() < 0 or ref.amax() > 1)  # another filter: overshoot
 
 
+@pytest.mark.parametrize("case", ["uint8", "float16 bicubic", "reflect padding", "ragged"])
+def test_taps_past_the_unrolled_count_loop_per_sample_bit_for_bit(kernel, case, nan_empty, first_axis, monkeypatch):
+    """A batch whose largest downscale needs more than ``RESAMPLE_UNROLLED_TAPS`` taps: the kernel
+    unrolls that many and loops over each sample's own rest (its scale's ``tap_count``). The same
+    bits as every tap unrolled (the taps left out weigh 0), and the torch resampling's result, with
+    samples from 160 -> 10 (16x: 34 taps, 66 bicubic) to upscaled."""
+    g = torch.Generator().manual_seed(21)
+    src, out, cubic = 160, 10, case == "float16 bicubic"
+    axes = _axes(4, src, out, seed=22)
+    axes[1, :, 0] = axes[1, :, 0].sign() * 0.7  # one sample upscaled: 2 taps of its own (4 bicubic)
+    if cubic:  # the window is the whole crop, as the pipeline plans it (see the bicubic test)
+        ends = torch.stack([axes[..., 1], axes[..., 1] + axes[..., 0] * out])
+        axes[..., 2], axes[..., 3] = ends.amin(0), ends.amax(0)
+    x = torch.randint(0, 256, (4, 3, src, src), generator=g, dtype=torch.uint8)
+    x, scale = (x.half() / 255, 1.0) if cubic else (x, 1 / 255)
+    taps = (gaG.tap_count(src / out, cubic=cubic),) * 2
+    assert min(taps) > kernel.RESAMPLE_UNROLLED_TAPS
+    mode = "reflect" if case == "reflect padding" else "constant"
+    given = kernel.pack_images(list(x), torch.device("cpu")) if case == "ragged" else x
+
+    def resample():
+        return kernel.resample_axes(given, axes, (out, out), taps, torch.float32, scale, True, mode, False, cubic)
+
+    looped = resample()
+    monkeypatch.setattr(kernel, "RESAMPLE_UNROLLED_TAPS", 128)
+    assert torch.equal(looped, resample())
+    ref = _reference(x.float() * scale, axes, (out, out), taps, True, mode, False, cubic)
+    assert (looped - ref).abs().max() < 1e-5
+
+
 def test_resampling_without_antialias_any_layout_and_shapes(kernel, first_axis):
     x = torch.rand(2, 3, 40, 30, generator=torch.Generator().manual_seed(10))
     axes = _axes(2, 30, 16, seed=11)
@@ -451,14 +481,16 @@ def test_kernels_compile_for_the_gpus_we_target(arch):
                   "scale": "fp32"},
                  {"CHANNELS": channels, "TAPS": 5, "AXIS": channels % 2, "RAGGED": False, "ANTIALIAS": dtype != "bf16",
                   "PAD": {"fp16": 0, "bf16": 2, "fp32": 3}[dtype], "PAD_OUTPUT": dtype == "fp32", "CUBIC": dtype != "bf16",
-                  "FIRST": dtype != "fp16", "COLUMNS_ACROSS": dtype != "bf16", "stride_q": 1}),
+                  "FIRST": dtype != "fp16", "COLUMNS_ACROSS": dtype != "bf16", "stride_q": 1,
+                  "MORE_TAPS": dtype != "fp32", "LOOP_TAPS": gpu_kernels.RESAMPLE_LOOP_TAPS}),
                 (gpu_kernels._resample_kernel,
                  {"src": "*u8" if dtype == "fp16" else f"*{dtype}", "out": f"*{dtype}", "axes": "*fp32", "table": "*i64",
                   "P": "i32", "Q": "i32", "limit": "i32", "stride_n": "i32", "stride_c": "i32", "stride_p": "i32",
                   "stride_q": "i32", "scale": "fp32"},
                  {"CHANNELS": channels, "TAPS": 5, "AXIS": {"fp16": 0, "bf16": 1, "fp32": channels % 2}[dtype],
                   "RAGGED": True, "ANTIALIAS": True, "PAD": channels % 2, "PAD_OUTPUT": channels == 1,
-                  "CUBIC": channels == 3, "FIRST": True, "COLUMNS_ACROSS": dtype == "bf16"}),
+                  "CUBIC": channels == 3, "FIRST": True, "COLUMNS_ACROSS": dtype == "bf16", "MORE_TAPS": channels == 3,
+                  "LOOP_TAPS": 1 + (dtype == "fp32")}),
                 (gpu_kernels._warp_kernel,
                  {**images, "matrix": "*fp32", "fill": "*fp32", "H": "i32", "W": "i32", "stride_n": "i32",
                   "stride_c": "i32", "stride_h": "i32", "stride_w": "i32"},

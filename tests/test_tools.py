@@ -165,6 +165,24 @@ def test_tune_kernels_script_runs_through_the_interpreter():
     assert without.returncode != 0 and "TRITON_INTERPRET=1" in without.stderr
 
 
+def test_taps_bench_script_runs_both_settings_through_the_interpreter():
+    """On a GPU it times ragged batches with large photos through the resampling before and after
+    its per-sample tap loop; here (Triton's interpreter) only that both settings run, each in its
+    own process, and report the tap counts past the unrolled ones that their batches needed."""
+    pytest.importorskip("triton")
+    script = Path(__file__).parents[1] / "benchmarks" / "taps_bench.py"
+    done = subprocess.run([sys.executable, str(script), "--device", "cpu", "--batch", "2", "--batches", "1",
+                           "--min-side", "90", "--max-side", "100", "--photo-side", "30", "--crop", "8",
+                           "--repeats", "1"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line for line in done.stdout.splitlines() if line.startswith("  ")]
+    assert [line.split(":")[0].strip() for line in lines] == ["now (8 unrolled + loop)", "before (every tap unrolled)"]
+    for line in lines:  # 90-100 px to 8: 24-27 taps along an axis, past the 8 unrolled
+        taps = line.split("taps (rows, columns) ")[1].split(";")[0]
+        assert max(int(t) for t in taps.strip("()").split(", ")) > 20 and "img/s" in line, done.stdout
+
+
 def test_warp_cache_lines_model(capsys):
     """Unrotated, the model is plain arithmetic: a tap of 32 pixels of a row reads 64 bytes, in
     one 128-byte line or, shifted by a pixel, sometimes two; a 4x8 group's tap reads 4 rows."""
