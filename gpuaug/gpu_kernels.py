@@ -467,13 +467,17 @@ if triton is not None:
             total += part
             weights += w
         if MORE_TAPS:  # the rest of this sample's taps (tap_count of its own scale)
+            # (Without antialias the filter spans 4 taps, 6 bicubic: never more than are unrolled.)
+            tl.static_assert(ANTIALIAS, "MORE_TAPS without ANTIALIAS: the filter never needs them")
             span = 4.0 * support if CUBIC else 2.0 * support
-            for k in range(TAPS, tl.floor(span).to(tl.int32) + 2, LOOP_TAPS):
+            needed, k = tl.floor(span).to(tl.int32) + 2, TAPS
+            while k < needed:  # (a while: Triton 3.6's interpreter cannot range() to a loaded value)
                 for j in tl.static_range(LOOP_TAPS):
                     w, part = _tap(plane, fixed, mask_o, mask_fixed, first + (k + j), center, support, lo, hi,
                                    content_lo, content_hi, limit_f, stride, PAD, PAD_OUTPUT, CUBIC, O_DIM)
                     total += part
                     weights += w
+                k += LOOP_TAPS
         value = total / _spread(tl.maximum(weights, 1e-12), O_DIM) * scale
         if not PAD_OUTPUT:  # padding of a later crop
             value = tl.where(_spread((at_o >= valid_lo) & (at_o < valid_hi), O_DIM), value, 0.0)

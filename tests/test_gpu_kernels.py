@@ -482,7 +482,7 @@ def test_kernels_compile_for_the_gpus_we_target(arch):
                  {"CHANNELS": channels, "TAPS": 5, "AXIS": channels % 2, "RAGGED": False, "ANTIALIAS": dtype != "bf16",
                   "PAD": {"fp16": 0, "bf16": 2, "fp32": 3}[dtype], "PAD_OUTPUT": dtype == "fp32", "CUBIC": dtype != "bf16",
                   "FIRST": dtype != "fp16", "COLUMNS_ACROSS": dtype != "bf16", "stride_q": 1,
-                  "MORE_TAPS": dtype != "fp32", "LOOP_TAPS": gpu_kernels.RESAMPLE_LOOP_TAPS}),
+                  "MORE_TAPS": dtype == "fp16", "LOOP_TAPS": gpu_kernels.RESAMPLE_LOOP_TAPS}),
                 (gpu_kernels._resample_kernel,
                  {"src": "*u8" if dtype == "fp16" else f"*{dtype}", "out": f"*{dtype}", "axes": "*fp32", "table": "*i64",
                   "P": "i32", "Q": "i32", "limit": "i32", "stride_n": "i32", "stride_c": "i32", "stride_p": "i32",
