@@ -124,6 +124,9 @@ def steady_order(n_items: int, batch_size: int, num_workers: int) -> tuple[list[
     item indices, the warm-up batches to leave out of the timing): one batch a worker (at least
     one: the workers' start and first batches), then ``max(MEASURED_BATCHES, 2 * num_workers)``
     batches, the ``n_items`` taken again in order as needed."""
+    if n_items < 1 or batch_size < 1 or num_workers < 0:
+        raise ValueError(f"expected n_items and batch_size >= 1 and num_workers >= 0, got {n_items}, {batch_size}, "
+                         f"{num_workers}")
     warmup = max(num_workers, 1)
     batches = warmup + max(MEASURED_BATCHES, 2 * num_workers)
     return [i % n_items for i in range(batches * batch_size)], warmup

@@ -80,6 +80,12 @@ def test_simulated_loop_times_the_steady_state_after_its_warm_up(monkeypatch):
     assert whole.waited == pytest.approx(0.54) and whole.seconds == pytest.approx(0.54 + 5 * 0.02)
     short = bench_loader.simulated_loop(batches(waits[:2]), step_ms=20, warmup=2)  # too short to skip any
     assert short.images == 8 and short.waited == pytest.approx(0.51)
+    # What the loop is given: one batch a worker to warm up, then 16 or twice the workers, files again as needed
+    order, warmup = bench_loader.steady_order(5, 2, 10)
+    assert warmup == 10 and len(order) == (10 + 20) * 2 and order[:7] == [0, 1, 2, 3, 4, 0, 1]
+    assert bench_loader.steady_order(5, 2, 0) == ([i % 5 for i in range(34)], 1)
+    with pytest.raises(ValueError, match="expected n_items and batch_size >= 1 and num_workers >= 0, got 0, 2, 1"):
+        bench_loader.steady_order(0, 2, 1)
 
 
 def test_profile_on_a_folder_without_images(tmp_path, capsys):
