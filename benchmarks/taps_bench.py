@@ -114,7 +114,7 @@ def main(argv=None) -> None:
     print(f"taps_bench: {name}, {time.strftime('%Y-%m-%d %H:%M')}, {args.batches} batches of {args.batch} "
           f"(~{args.photo_side}-pixel photos, {args.large:.0%} large: {args.min_side}-{args.max_side} px), "
           f"RandomResizedCrop({args.crop}) pipeline, median of {args.repeats}", flush=True)
-    forwarded = [a for a in (argv if argv is not None else sys.argv[1:])]
+    forwarded = list(argv if argv is not None else sys.argv[1:])
     for _ in range(args.rounds):
         for label, unrolled in SETTINGS.items():
             with tempfile.TemporaryDirectory() as cache:

@@ -152,8 +152,9 @@ def color_program(x: Tensor, out: Tensor, index: Tensor, ops: Tensor, factors: T
         raise ValueError("out should be contiguous")
     stats = normalize_stats(mean, inv_std, C, x.device)
     x, index, ops, factors = x.contiguous(), index.contiguous(), ops.contiguous(), factors.contiguous()
+    mean_at, inv_std_at = (stats[0].data_ptr(), stats[1].data_ptr()) if stats else (None, None)
     rc = lib.gpuaug_color(x.data_ptr(), n, C, h * w, out.data_ptr(), index.data_ptr(), ops.data_ptr(), factors.data_ptr(),
-                          S, *(t.data_ptr() for t in stats) if stats else (None, None))
+                          S, mean_at, inv_std_at)
     if rc != 0:
         raise ValueError(f"the color kernel refused its arguments (code {rc})")
 
