@@ -390,7 +390,8 @@ class Pipeline(nn.Module):
             fused = cpu.fused_color_program(program, channels) if cpu_kernel else None
             source = sizes.max()
             (H, W), (h, w) = source, plan["size"] or source
-            parts = cpu.chunks(color, len(items), frames, grouped=fused is None, pixels=(H * W, h * w))
+            areas = None if sizes.per_image is None else [a * b for a, b in sizes.per_image]
+            parts = cpu.chunks(color, len(items), frames, grouped=fused is None, pixels=(H * W, h * w), areas=areas)
         else:
             fused, parts = None, [slice(0, len(items))]
         # CUDA kernels: a ragged batch is packed into one buffer (if not already) and read unpadded.

@@ -303,6 +303,34 @@ def test_small_images_in_large_cpu_chunks_give_what_each_gets_alone(native, monk
         assert torch.allclose(out[i], alone[0], atol=1e-5)
 
 
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_ragged_batch_of_very_different_sizes_goes_in_chunks_of_like_sizes(native, photos, small_photos, monkeypatch):
+    """On the CPU a chunk is resampled as one tensor of its largest part: a ragged batch whose
+    sizes differ more than ``cpu.SIZE_SPREAD`` times goes in chunks of like sizes (one large photo
+    once padded the three small ones beside it to its size), and each image still gets exactly
+    what it gets alone."""
+    from gpuaug import cpu
+
+    monkeypatch.setenv("GPUAUG_NATIVE", native)
+    seen = []
+    original = cpu.chunks
+    monkeypatch.setattr(cpu, "chunks", lambda *a, **k: seen.append(original(*a, **k)) or seen[-1])
+    tiny = [p[:, :24, :32] for p in small_photos]
+    images = [to_float(photos[1])] + small_photos * 2 + tiny * 3 + [to_float(photos[3])]
+    pipe = ga.Pipeline(ga.RandomResizedCrop(40), ga.RandomRotation(20), ga.ColorJitter(0.4, 0.4, 0.4, 0.1),
+                       device="cpu", seed=3)
+    out, params = pipe(images, return_params=True)
+    areas = [t.shape[-2] * t.shape[-1] for t in images]
+    chunked = sorted(i for part in seen[0] for i in part.tolist())
+    assert chunked == list(range(len(images)))  # every image once
+    for part in seen[0]:
+        sizes = [areas[i] for i in part.tolist()]
+        assert max(sizes) <= cpu.SIZE_SPREAD * min(sizes), sizes
+    for i, img in enumerate(images):
+        alone = pipe(img[None], params=[{k: v[i:i + 1] for k, v in p.items()} for p in params])
+        assert torch.allclose(out[i], alone[0], atol=1e-5), i
+
+
 def test_an_op_listed_twice_draws_twice(small_photos):
     flip = ga.RandomHorizontalFlip()
     x = torch.stack([to_float(small_photos[0])] * 64)
