@@ -41,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--device", action="append", help="cpu or cuda[:N]; repeat for several (default: cuda if present, and cpu)")
     bench.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 256], metavar="B")
     bench.add_argument("--repeats", type=int, default=5, help="timed runs per row; the median is reported")
-    bench.add_argument("--quick", action="store_true", help="batch 16, 2 repeats: a smoke test")
+    bench.add_argument("--quick", action="store_true", help="batch 16, 5 repeats: a smoke test (~10 s on one core)")
     bench.add_argument("--json", metavar="PATH", help="write the rows as JSON")
     bench.add_argument("--plot", metavar="PATH",
                        help="write a bar chart: PNG, or the format its suffix names (.svg, .pdf, ...); "
@@ -100,7 +100,7 @@ def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.repeats < 1 or any(s < 1 for s in args.batch_sizes):
         parser.error(f"--repeats and --batch-sizes must be positive, got --repeats {args.repeats}, "
                      f"--batch-sizes {' '.join(map(str, args.batch_sizes))}")
-    batch_sizes, repeats = ([16], 2) if args.quick else (args.batch_sizes, args.repeats)
+    batch_sizes, repeats = ([16], 5) if args.quick else (args.batch_sizes, args.repeats)
 
     def on_row(rows):  # partial results survive a run cut short
         if args.json:
