@@ -14,7 +14,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from . import cpu, native
 from .cuda_graph import GraphedCalls
 from .device import select_device
-from .inputs import check_float_range, checked_dtype, checked_seed, inspect_images
+from .inputs import check_finite_output, check_float_range, checked_dtype, checked_seed, inspect_images
 from .packed import PackedImages
 from .functional.geometry import (axis_taps, crop_boxes, crop_or_pad, resample_separable, resized_crops, single_taps,
                                  tap_count, warp_affine)
@@ -432,6 +432,7 @@ class Pipeline(nn.Module):
             else:
                 out[part] = x
         assert out is not None  # parts is not empty
+        check_finite_output(out, items, frames)
         out = self._finish(out, n, frames if is_clip else 0)
         return (out, params) if return_params else out
 

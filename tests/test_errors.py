@@ -472,6 +472,27 @@ def test_float_images_far_outside_0_1_are_refused(photos, mistake):
     assert pipe(overshoot[None]).shape == (1, 3, 32, 32)
 
 
+@pytest.mark.parametrize("bad_value", [float("nan"), float("inf"), -float("inf")])
+def test_a_nan_the_grid_misses_is_refused_where_a_crop_reads_it(photos, bad_value):
+    """Images but the first are checked on a grid before the pipeline runs; one NaN (or infinite)
+    pixel off that grid, read by an image's crop, made a NaN output. The output is checked: the
+    error names the image (clip and frame); a bad pixel no crop reads changes nothing, and an
+    output overflowing float16 (a tiny Normalize std, as torchvision's) is no input's fault."""
+    image = to_float(photos[1])[:, :120, :160]
+    bad = image.clone()
+    bad[1, 37, 51] = bad_value  # off the 16x16 grid (every 8th pixel of 120x160)
+    resize = ga.Pipeline(ga.Resize((40, 50)), device="cpu", seed=0)
+    for given, which in ((torch.stack([image, image, bad]), "image 2"), ([image, bad[:, :100]], "image 1"),
+                         (torch.stack([image, bad])[None], "clip 0, frame 1"),
+                         (ga.PackedImages.pack([image, image[:, :90], bad]), "image 2")):
+        with pytest.raises(ValueError, match=rf"got NaN or infinite values \({which}, where its crop read"):
+            resize(given)
+    crop = ga.Pipeline(ga.CenterCrop(20), device="cpu")  # reads rows 50-69: not the bad pixel
+    assert torch.equal(crop(torch.stack([image, bad])), crop(torch.stack([image, image])))
+    tiny_std = ga.Pipeline(ga.Resize((40, 50)), ga.Normalize((0.5,) * 3, (1e-30,) * 3), device="cpu", dtype=torch.float16)
+    assert not tiny_std(torch.stack([image, image])).isfinite().all()
+
+
 def test_random_crop_larger_than_the_image_says_so_as_torchvision():
     """torchvision's message, at the call (it depends on the image): here for the largest image of
     a ragged list."""
