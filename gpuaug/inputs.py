@@ -207,8 +207,8 @@ def check_finite_output(out: Tensor, images, frames: int = 1) -> None:
             break
     else:
         return
-    raise ValueError(f"expected float images in [0, 1], got NaN or infinite values ({_which(i, frames)}, where "
-                     f"its crop read: only image 0 is checked whole before the pipeline runs): the decode or the "
+    raise ValueError(f"expected float images in [0, 1], got NaN or infinite values ({_which(i, frames)}, in the "
+                     f"part the pipeline read: before it runs only image 0 is read whole): the decode or the "
                      f"preprocessing before the pipeline produced them")
 
 

@@ -485,7 +485,7 @@ def test_a_nan_the_grid_misses_is_refused_where_a_crop_reads_it(photos, bad_valu
     for given, which in ((torch.stack([image, image, bad]), "image 2"), ([image, bad[:, :100]], "image 1"),
                          (torch.stack([image, bad])[None], "clip 0, frame 1"),
                          (ga.PackedImages.pack([image, image[:, :90], bad]), "image 2")):
-        with pytest.raises(ValueError, match=rf"got NaN or infinite values \({which}, where its crop read"):
+        with pytest.raises(ValueError, match=rf"got NaN or infinite values \({which}, in the part the pipeline read"):
             resize(given)
     crop = ga.Pipeline(ga.CenterCrop(20), device="cpu")  # reads rows 50-69: not the bad pixel
     assert torch.equal(crop(torch.stack([image, bad])), crop(torch.stack([image, image])))
