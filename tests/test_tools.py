@@ -189,6 +189,20 @@ def test_taps_bench_script_runs_both_settings_through_the_interpreter():
         assert max(int(t) for t in taps.strip("()").split(", ")) > 20 and "img/s" in line, done.stdout
 
 
+def test_ragged_cpu_bench_times_both_chunkings_and_checks_they_agree():
+    """It times a ragged batch with a large image on the CPU chunked by size (now) and in order
+    with the batch's taps (before); here, at tiny sizes, that both run and give the same output
+    (the script asserts it) and it prints a row for each and for the subsets alone."""
+    script = Path(__file__).parents[1] / "benchmarks" / "ragged_cpu_bench.py"
+    done = subprocess.run([sys.executable, str(script), "--batch", "6", "--large", "1", "--large-side", "400",
+                           "--photo-side", "60", "--crop", "16", "--repeats", "1", "--rounds", "1"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line.split(":")[0].strip() for line in done.stdout.splitlines() if line.startswith("  ")]
+    assert rows == ["now (chunks of like sizes, their own taps)", "before (chunks in order, the batch's taps)",
+                    "the 5 photos alone", "the 1 large alone"], done.stdout
+
+
 def test_warp_cache_lines_model(capsys):
     """Unrotated, the model is plain arithmetic: a tap of 32 pixels of a row reads 64 bytes, in
     one 128-byte line or, shifted by a pixel, sometimes two; a 4x8 group's tap reads 4 rows."""
