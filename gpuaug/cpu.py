@@ -96,9 +96,9 @@ def chunks(color: list[tuple], n: int, frames: int, grouped: bool = True,
     * where ``areas`` (each image's source pixels, for a ragged batch) differ more than
       ``SIZE_SPREAD`` times: each chunk of images within that ratio, smallest first, and as many
       as its own largest image allows. A chunk is resampled as one tensor of its largest part, so
-      a 3000x4000 photo in a chunk of 375x500 ones padded them to its size (float32, one thread,
-      RandomResizedCrop(224) + flip + ColorJitter, 2026-12-06: 63 such photos and one 3000x4000
-      took 304 ms in chunks of 4, 199 ms so; 63 alone ~100-120 ms, it alone ~50 ms).
+      a 3000x4000 image in a chunk of 375x500 photos padded them to its size (63 photos and one
+      such image, float32, the README pipeline, one thread: 220-223 ms in runs of 4 with the
+      batch's taps, 158-165 ms so, what the two parts take alone; benchmarks/ragged_cpu_bench.py).
     """
     def step(source: int) -> int:
         fit = min(CHUNK_SOURCE_PIXELS // max(source, 1), CHUNK_OUTPUT_PIXELS // max(pixels[1], 1))
