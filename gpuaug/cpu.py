@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import itertools
 import sys
 
 import torch
@@ -110,13 +109,9 @@ def chunks(color: list[tuple], n: int, frames: int, grouped: bool = True,
     mixed = areas is not None and max(areas) > SIZE_SPREAD * min(areas)
     if len(counts) == 1 and not mixed:  # one group: the batch's own order
         return [slice(start, start + step(pixels[0])) for start in range(0, n, step(pixels[0]))]
-    if not mixed:
-        order = torch.argsort(group, stable=True)
-        ends = list(itertools.accumulate(counts))
-        return [order[i:min(i + step(pixels[0]), end)]
-                for begin, end in zip([0] + ends, ends) for i in range(begin, end, step(pixels[0]))]
-    assert areas is not None
-    area = torch.tensor(areas, dtype=torch.int64, device="cpu")
+    # By group, then (sizes far apart) by size; a chunk ends where the group changes, the size
+    # outgrows its first image's SIZE_SPREAD times, or it holds as many as its largest allows.
+    area = torch.tensor(areas if mixed else [pixels[0]] * n, dtype=torch.int64, device="cpu")
     order = torch.argsort(group.long() * (int(area.max()) + 1) + area, stable=True)
     sorted_group, sorted_area = group[order].tolist(), area[order].tolist()
     parts: list[slice | Tensor] = []
