@@ -88,7 +88,10 @@ def run(directory, max_files: int = 256, step_ms: float = 20.0, device=None, bat
     (images, undecodable), t_decode = _one_thread(decode_all)
     bar.update()
     if not images:
-        raise FileNotFoundError(f"none of the {len(paths)} files under {str(directory)!r} could be decoded")
+        bar.close()  # before the error is printed, not after it
+        first = (bad_reads + undecodable)[0]
+        raise FileNotFoundError(f"none of the {len(paths)} files under {str(directory)!r} could be read and "
+                                f"decoded; the first error: {first}")
     tf = torchvision_transform()
     _, t_tv = _one_thread(lambda: [tf(img) for img in images])
     bar.update()

@@ -93,6 +93,14 @@ def test_profile_on_a_folder_without_images(tmp_path, capsys):
     assert "no image files" in capsys.readouterr().err
 
 
+def test_profile_on_a_folder_of_undecodable_images_names_one(tmp_path, capsys):
+    (tmp_path / "a.jpg").write_bytes(b"not a jpeg")
+    (tmp_path / "b.png").write_bytes(b"")
+    assert main(["profile", str(tmp_path), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "none of the 2 files" in err and "the first error: " + str(tmp_path / "b.png") + ": empty file" in err
+
+
 def test_loader_bench_quick(tmp_path, capsys):
     out = tmp_path / "loader.json"
     assert main(["bench", "--loader", "--quick", "--no-progress", "--device", "cpu", "--step-ms", "1",
