@@ -211,6 +211,19 @@ def test_ragged_cpu_bench_times_both_chunkings_and_checks_they_agree():
                     "the 5 photos alone", "the 1 large alone"], done.stdout
 
 
+def test_cpu_cores_bench_times_threads_and_workers():
+    """It times the pipeline in this process at each thread count and in each number of DataLoader
+    workers; here, at tiny sizes, that every setting runs and prints its row."""
+    script = Path(__file__).parents[1] / "benchmarks" / "cpu_cores_bench.py"
+    done = subprocess.run([sys.executable, str(script), "--batch", "4", "--rounds", "1", "--repeats", "1",
+                           "--batches", "2", "--size", "16", "--photo-side", "40"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line.split(":")[0].strip() for line in done.stdout.splitlines() if line.startswith("  ")]
+    assert rows == ["1 thread(s), ragged list", "1 thread(s), stacked batch", "2 thread(s), ragged list",
+                    "2 thread(s), stacked batch", "1 worker(s)", "2 worker(s)"], done.stdout
+
+
 def test_warp_cache_lines_model(capsys):
     """Unrotated, the model is plain arithmetic: a tap of 32 pixels of a row reads 64 bytes, in
     one 128-byte line or, shifted by a pixel, sometimes two; a 4x8 group's tap reads 4 rows."""
