@@ -34,7 +34,7 @@ def inspect_images(images) -> tuple[list[Tensor] | Tensor | PackedImages, Sizes,
         shapes = set(images.shapes)
         if len({c for c, _, _ in shapes}) != 1 or any(h == 0 or w == 0 for _, h, w in shapes):
             raise ValueError(f"expected images of one channel count and non-zero height and width, got "
-                             f"shapes {sorted(shapes)}")
+                             f"shapes {sorted(shapes)}" + (_GRAY_HINT if len({c for c, _, _ in shapes}) > 1 else ""))
         if len(shapes) == 1:  # one size: already a batch
             return images.flat.view(len(images), *images.shapes[0]), Sizes(uniform=images.shapes[0][1:]), 1, False
         return images, Sizes(per_image=[(s[1], s[2]) for s in images.shapes]), 1, False
@@ -70,6 +70,11 @@ def inspect_images(images) -> tuple[list[Tensor] | Tensor | PackedImages, Sizes,
     return images, Sizes(uniform=tuple(images.shape[-2:])), 1, False
 
 
+# Grayscale JPEGs decode to 1 channel unless asked for RGB; gpuaug's datasets always give RGB.
+_GRAY_HINT = (" (grayscale files among color ones? decode with torchvision.io.ImageReadMode.RGB, as gpuaug's "
+              "datasets do)")
+
+
 def _check_list(images: list | tuple) -> None:
     """The error for the first item of a list of images that is not a ``(C, H, W)`` tensor of the
     first item's dtype and channel count, with a non-zero height and width."""
@@ -84,7 +89,8 @@ def _check_list(images: list | tuple) -> None:
         elif t.dtype != images[0].dtype or t.shape[0] != images[0].shape[0]:
             raise ValueError(
                 f"all images in a list need one dtype and channel count: item 0 is {images[0].dtype} "
-                f"{tuple(images[0].shape)}, item {i} is {t.dtype} {tuple(t.shape)}")
+                f"{tuple(images[0].shape)}, item {i} is {t.dtype} {tuple(t.shape)}"
+                + (_GRAY_HINT if t.shape[0] != images[0].shape[0] else ""))
         elif 0 in t.shape:
             raise ValueError(f"expected images with non-zero height and width, item {i} has shape "
                              f"{tuple(t.shape)}")
