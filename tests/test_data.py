@@ -1182,7 +1182,9 @@ def test_bad_arguments():
             ga.DeviceLoader([], device="cpu", prefetch=prefetch)
     for batch, words in (({"image": torch.zeros(1, 3, 4, 4)}, "got dict"),
                          ((torch.zeros(1, 3, 4, 4),), "a tuple of 1 items"),
-                         (torch.zeros(2, 3, 4, 4), r"a tensor of shape \(2, 3, 4, 4\)")):
+                         (torch.zeros(2, 3, 4, 4), r"a tensor of shape \(2, 3, 4, 4\)"),
+                         # a list collate of 2 images, no labels: was taken as (images, labels)
+                         ([torch.zeros(3, 4, 4), torch.zeros(3, 5, 4)], r"a list of 2 images \(C, H, W\) and no labels")):
         with pytest.raises(TypeError, match=f"expects batches of \\(images, labels\\).*{words}"):
             next(iter(ga.DeviceLoader([batch], device="cpu")))
 

@@ -158,7 +158,7 @@ class DeviceLoader:
     def _prepare(self, batch):
         if isinstance(batch, Batch):
             images, labels, bad = batch
-        elif isinstance(batch, (tuple, list)) and len(batch) == 2:
+        elif isinstance(batch, (tuple, list)) and len(batch) == 2 and not _two_images(batch):
             (images, labels), bad = batch, []
         else:
             raise TypeError(f"DeviceLoader expects batches of (images, labels) or gpuaug.data.Batch "
@@ -243,7 +243,15 @@ class DeviceLoader:
             return None
 
 
+def _two_images(batch) -> bool:
+    """Whether a pair is two ``(C, H, W)`` images (a list collate of a batch of 2 without labels),
+    not ``(images, labels)``: a batch's images are never one 3-D tensor."""
+    return all(isinstance(t, torch.Tensor) and t.dim() == 3 and t.shape[0] in (1, 3) for t in batch)
+
+
 def _describe(batch) -> str:
+    if isinstance(batch, (tuple, list)) and _two_images(batch):
+        return f"a {type(batch).__name__} of 2 images (C, H, W) and no labels"
     if isinstance(batch, (tuple, list)):
         return f"a {type(batch).__name__} of {len(batch)} items"
     if isinstance(batch, torch.Tensor):
