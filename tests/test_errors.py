@@ -273,6 +273,7 @@ def test_bad_op_arguments_raise_what_torchvision_raises(name, args, kwargs):
         (lambda: ga.RandomRotation(15, expand=True), ValueError),
         (lambda: ga.RandomRotation(15, fill=255), ValueError),  # torchvision's white for uint8: here 1.0
         (lambda: ga.Normalize((123.675, 116.28, 103.53), (58.395, 57.12, 57.375)), ValueError),  # 0-255 scale
+        (lambda: ga.Normalize((0.485, 0.456, 0.406), (58.395, 57.12, 57.375)), ValueError),  # only the mean / 255
         (lambda: ga.RandomRotation(15, fill=(0.5, -0.1, 0.5)), ValueError),
         (lambda: ga.RandomRotation(15, center=(3, 4, 5)), ValueError),  # torchvision's: (x, y)
         (lambda: ga.RandomRotation(15, center=3), TypeError),

@@ -255,7 +255,8 @@ class Normalize(ColorOp):
     """``(x - mean) / std`` per channel, on images in [0, 1]. Must be the last op.
 
     Args:
-        mean, std: one number per channel, or one for all (``std`` > 0).
+        mean, std: one number per channel, or one for all; mean in [0, 1], std in (0, 1] (values
+            for 0-255 pixels, as DALI or mmcv take them, are refused: divide them by 255).
     """
 
     mean: Tensor  # buffers, (C,) or (1,) float32
@@ -274,6 +275,9 @@ class Normalize(ColorOp):
         if not ((mean_t >= 0) & (mean_t <= 1)).all():  # e.g. [123.675, 116.28, 103.53], for 0-255 pixel values
             raise ValueError(f"Normalize works on images in [0, 1]: mean should be in [0, 1], got {mean_t.tolist()} "
                              f"(means and stds for 0-255 pixel values, as DALI or mmcv take them, divide by 255)")
+        if (std_t > 1).any():  # e.g. [58.395, 57.12, 57.375] beside a mean already divided by 255
+            raise ValueError(f"Normalize works on images in [0, 1]: std should be at most 1, got {std_t.tolist()} "
+                             f"(stds for 0-255 pixel values, as DALI or mmcv take them, divide by 255)")
         self.register_buffer("mean", mean_t)
         self.register_buffer("std", std_t)
         self._given = (mean_t.tolist(), std_t.tolist())  # for buffers made real from meta (see _apply)
