@@ -209,7 +209,9 @@ class Pipeline(nn.Module):
 
     def extra_repr(self) -> str:
         graph = ", cuda_graph=True" if self.cuda_graph else ""
-        return f"device={self.device}, dtype={self.dtype}, seed={self.seed}, channels_last={self.channels_last}{graph}"
+        # dtype=None follows the device: say which dtype that is now
+        dtype = f"None ({self.compute_dtype()})" if self.dtype is None else str(self.dtype)
+        return f"device={self.device}, dtype={dtype}, seed={self.seed}, channels_last={self.channels_last}{graph}"
 
     def manual_seed(self, seed: int) -> Pipeline:
         """Restart the pipeline's random stream from ``seed``."""

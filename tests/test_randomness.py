@@ -365,6 +365,8 @@ def test_pipeline_is_a_module_with_a_readable_repr():
     text = repr(pipe)
     for name in ("RandomResizedCrop", "RandomRotation", "ColorJitter", "Normalize", "seed=0"):
         assert name in text
+    assert "dtype=None (torch.float32)" in text  # the dtype the device implies, not a bare None
+    assert "dtype=torch.bfloat16" in repr(ga.Pipeline(*FULL(), device="cpu", dtype=torch.bfloat16))
     assert pipe.to("cpu").device == torch.device("cpu")
 
 
