@@ -64,7 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     pack.add_argument("src")
     pack.add_argument("dst")
     pack.add_argument("--on-error", choices=("raise", "skip"), default="raise",
-                      help="a video without frames or with an unreadable frame: stop (default) or leave it out")
+                      help="a video without frames, or with a frame that cannot be read or has no image header: "
+                           "stop (default) or leave it out")
     pack.add_argument("--force", action="store_true",
                       help="rewrite every pack (by default a pack newer than its frames is left as it is)")
     pack.add_argument("--no-progress", action="store_true")

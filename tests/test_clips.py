@@ -129,13 +129,14 @@ def test_corrupt_pack_files_name_their_path(frames_root, tmp_path, damage):
 
 
 def test_a_damaged_frame_in_a_pack_is_named_by_its_number(tmp_path, photos):
-    """A pack stores JPEG bytes as they were; a frame that cannot be decoded names the pack and
-    which frame (its number in the video folder's order), as FrameFolder names the frame's file."""
+    """A pack stores JPEG bytes as they were (their headers checked, not decoded); a frame damaged
+    past its header names the pack and which frame (its number in the video folder's order) when
+    a clip reads it, as FrameFolder names the frame's file."""
     video = tmp_path / "src" / "class" / "video"
     video.mkdir(parents=True)
     for t in range(12):
         Image.fromarray(np.ascontiguousarray(photos[0].permute(1, 2, 0).numpy()[t:t + 40, :48])).save(video / f"{t}.jpg")
-    (video / "9.jpg").write_bytes((video / "9.jpg").read_bytes()[:100])  # truncated
+    (video / "9.jpg").write_bytes((video / "9.jpg").read_bytes()[:400])  # truncated in its scan
     assert main(["pack", str(tmp_path / "src"), str(tmp_path / "packed"), "--no-progress"]) == 0
     assert frame_indices(12, 6) == [0, 2, 4, 7, 9, 11]
     item, _ = PackedClips(tmp_path / "packed", frames=6)[0]
@@ -227,6 +228,41 @@ def test_pack_stops_at_a_video_without_frames_or_leaves_it_out(frames_root, tmp_
         assert ga.data.pack_folder(src, tmp_path / "c", progress=False, on_error="skip") == (3, 0, 1)
     with pytest.raises(ValueError, match="on_error"):
         ga.data.pack_folder(src, tmp_path / "d", progress=False, on_error="ignore")
+
+
+@pytest.mark.parametrize("bad", ["error page", "cut before its size", "absurd size"])
+def test_pack_checks_each_frames_header_and_names_a_frame_that_is_no_image(bad, frames_root, tmp_path, capsys, photos):
+    """A frame with no image header (an error page saved as .jpg, a file cut before its frame
+    header) or one whose header claims absurd dimensions stops `gpuaug pack`, named, before that
+    video's pack is written (it was packed, and found only when a clip read it, in training);
+    --on-error skip leaves the video out."""
+    import io
+    import shutil
+
+    src = tmp_path / "src"
+    shutil.copytree(frames_root, src)
+    frame = sorted((src / "class0").iterdir())[0] / "frame_0001.jpg"
+    assert frame.is_file()
+    good = frame.read_bytes()
+    if bad == "error page":
+        frame.write_bytes(b"<html><body>404 Not Found</body></html>")
+    elif bad == "cut before its size":
+        frame.write_bytes(good[:good.index(b"\xff\xc0")])  # SOI, JFIF, tables; no frame header
+    else:
+        buffer = io.BytesIO()
+        Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(buffer, "JPEG")
+        data = bytearray(buffer.getvalue())
+        at = data.index(b"\xff\xc0") + 5  # the frame header's height, width
+        data[at:at + 4] = (60000).to_bytes(2, "big") + (60000).to_bytes(2, "big")
+        frame.write_bytes(bytes(data))
+    assert main(["pack", str(src), str(tmp_path / "a"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert str(frame) in err and ("no image header" in err or "absurd dimensions" in err) and "--on-error skip" in err
+    assert not (tmp_path / "a" / "class0" / f"{frame.parent.name}.pack").exists()
+    assert main(["pack", str(src), str(tmp_path / "b"), "--no-progress", "--on-error", "skip"]) == 0
+    out, err = capsys.readouterr()
+    assert "skipped 1" in out and str(frame) in err
+    assert len(PackedClips(tmp_path / "b", frames=2)) == len(FrameFolder(src, frames=2)) - 1
 
 
 def _aged_copy(frames_root, dst):

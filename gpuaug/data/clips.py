@@ -24,7 +24,7 @@ import torch
 from torch.utils.data import Dataset
 
 from .datasets import BadFile
-from .decode import DecodeError, decode_rgb, read_bytes
+from .decode import DecodeError, check_size, decode_rgb, read_bytes
 
 PACK_MAGIC = b"GPUAUGPK"
 PACK_VERSION = 1
@@ -147,8 +147,18 @@ class FrameFolder(Dataset):
 
 def pack_frames(frame_paths, dst) -> int:
     """Write the JPEG bytes of ``frame_paths`` (in order) to one pack file ``dst``; returns its size.
-    It is written under a temporary name and renamed: ``dst`` is never half-written."""
-    blobs = [read_bytes(p).numpy().tobytes() for p in frame_paths]
+    It is written under a temporary name and renamed: ``dst`` is never half-written. Each frame's
+    header is checked, not decoded (:func:`check_size`): a file that is no image (no header
+    torchvision or PIL reads: an error page saved as .jpg, a file cut before its size) or whose
+    header claims absurd dimensions raises :class:`DecodeError` naming it, before anything is
+    written; a frame damaged past its header is found when a clip reads it."""
+    blobs = []
+    for p in frame_paths:
+        data = read_bytes(p)
+        if check_size(p, data) is None:
+            raise DecodeError(str(p), "no image header (not a JPEG, nor another image torchvision or PIL reads, "
+                                      "or cut before its size)")
+        blobs.append(data.numpy().tobytes())
     if not blobs:
         raise ValueError(f"no frames to pack into {dst}")
     offsets, pos = [], _HEADER.size + 8 * (len(blobs) + 1)
@@ -198,7 +208,8 @@ def pack_folder(src, dst, progress: bool = True, on_error: str = "raise", force:
     """Pack every ``src/<class>/<video>/`` frame folder into ``dst/<class>/<video>.pack``; returns
     :class:`PackCounts`. A video whose pack is current (:func:`pack_is_current`) is left as it is,
     so an interrupted run resumes where it stopped; ``force=True`` rewrites every pack. A video with
-    no JPEG frames, or a frame that cannot be read, raises :class:`DecodeError` naming it
+    no JPEG frames, or a frame that cannot be read or has no image header (:func:`pack_frames`),
+    raises :class:`DecodeError` naming it
     (``on_error="raise"``: the packs written so far stay), or is left out with a ``RuntimeWarning``
     naming it (``on_error="skip"``). Every class folder of ``src`` gets its folder under ``dst``,
     with packs or without (a class whose videos were all left out, or a class folder without

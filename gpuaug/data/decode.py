@@ -221,10 +221,12 @@ def _file_kind(mode: int) -> str:
     return next((name for test, name in kinds if test(mode)), f"file of mode {oct(stat.S_IFMT(mode))}")
 
 
-def check_size(path: str, data: torch.Tensor, max_pixels: int = MAX_PIXELS) -> None:
+def check_size(path: str, data: torch.Tensor, max_pixels: int = MAX_PIXELS) -> tuple[int, int] | None:
     """Refuse, before decoding, a file whose header claims more than ``max_pixels`` pixels (or
     zero), a JPEG of more than :data:`MAX_JPEG_SCANS` scans, and one of more than
-    :data:`MAX_JPEG_MARKERS` markers before its frame header: :class:`DecodeError` naming the path."""
+    :data:`MAX_JPEG_MARKERS` markers before its frame header: :class:`DecodeError` naming the path.
+    Returns the ``(height, width)`` the header gives, or None where no header was found (not an
+    image torchvision or PIL reads, or one damaged before its size: the decoder will say)."""
     try:
         header = data[:65536].numpy().tobytes()
         size = image_size(header)
@@ -253,6 +255,7 @@ def check_size(path: str, data: torch.Tensor, max_pixels: int = MAX_PIXELS) -> N
                 raise DecodeError(str(path), f"too many scans ({scans}, more than {MAX_JPEG_SCANS}): decoding "
                                              f"would pass over the image {scans} times (real progressive JPEGs "
                                              f"have about 10)")
+    return size
 
 
 def decode_rgb(path: str, data: torch.Tensor) -> torch.Tensor:
