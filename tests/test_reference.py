@@ -183,11 +183,18 @@ def test_random_resized_crop_per_sample(photos, kernel_path):
         assert (out[i] - ref).abs().max() < 1e-4
 
 
+def _always_fallback(size, ratio) -> ga.RandomResizedCrop:
+    """A RandomResizedCrop whose area no try fits (scale above 1): every crop is torchvision's
+    fallback. It warns (a scale above 1 is more often percentages than meant)."""
+    with pytest.warns(UserWarning, match=r"scale=\(1.5, 2.0\).*no crop fits a minimum above 1.*Percentages"):
+        return ga.RandomResizedCrop(size, scale=(1.5, 2.0), ratio=ratio)
+
+
 @pytest.mark.parametrize("ratio", [(2.0, 3.0), (0.2, 0.3), (0.5, 2.0)])
 def test_random_resized_crop_fallback_is_torchvisions_center_crop(photos, kernel_path, ratio):
     # An impossible area (> the image) forces the fallback: the photos are all narrower than ratio
     # 2, wider than 0.3, and inside (0.5, 2).
-    out, params = run([ga.RandomResizedCrop(64, scale=(1.5, 2.0), ratio=ratio)], photos)
+    out, params = run([_always_fallback(64, ratio)], photos)
     for i, img in enumerate(photos):
         tv = v2.RandomResizedCrop(64, scale=(1.5, 2.0), ratio=ratio).make_params([img])  # deterministic here
         t, l, h, w = (tv[k] for k in ("top", "left", "height", "width"))
@@ -199,7 +206,7 @@ def test_random_resized_crop_fallback_is_torchvisions_center_crop(photos, kernel
 def test_random_resized_crop_fallback_of_one_size_batches_follows_each_size_and_ratio():
     """A batch of one size keeps its fallback crop on the op: one op given batches of other sizes,
     and its ratio changed between calls, gives each the crop torchvision's make_params gives."""
-    op = ga.RandomResizedCrop(4, scale=(1.5, 2.0), ratio=(2.0, 3.0))
+    op = _always_fallback(4, (2.0, 3.0))
     pipe = ga.Pipeline(op, device="cpu", seed=0)
     for ratio, (h, w) in [((2.0, 3.0), (30, 40)), ((2.0, 3.0), (50, 20)), ((0.2, 0.3), (30, 40)), ((2.0, 3.0), (30, 40))]:
         op.ratio = ratio
@@ -219,8 +226,7 @@ def test_random_resized_crop_fallback_of_a_ragged_batch_is_torchvisions(ratio):
     sizes = [tuple(int(v) for v in torch.randint(1, 400, (2,), generator=rng)) for _ in range(60)]
     sizes += [(1, 1), (1, 399), (399, 1), (3, 5), (5, 3), (4, 3), (3, 4), (10, 5), (5, 10), (7, 7)]
     images = [torch.zeros(1, h, w, dtype=torch.uint8) for h, w in sizes]
-    _, params = ga.Pipeline(ga.RandomResizedCrop(4, scale=(1.5, 2.0), ratio=ratio), device="cpu", seed=0)(
-        images, return_params=True)
+    _, params = ga.Pipeline(_always_fallback(4, ratio), device="cpu", seed=0)(images, return_params=True)
     for i, img in enumerate(images):
         tv = v2.RandomResizedCrop(4, scale=(1.5, 2.0), ratio=ratio).make_params([img])  # no try fits: the fallback
         got = [int(params[0][k][i]) for k in ("top", "left", "height", "width")]

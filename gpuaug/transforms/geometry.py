@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -135,7 +136,8 @@ class RandomResizedCrop(GeometricOp):
 
     Args:
         size: output ``(h, w)``, or an int for a square.
-        scale: range of the crop's area as a fraction of the image area.
+        scale: range of the crop's area as a fraction of the image area (a minimum above 1 warns:
+            no crop fits it, so every sample gets the fallback, as in torchvision).
         ratio: range of the crop's width / height.
         interpolation: ``InterpolationMode.BILINEAR`` or ``BICUBIC`` (torchvision's filters;
             bicubic needs ``antialias=True``; its overshoot is clamped to [0, 1], as torchvision
@@ -161,6 +163,10 @@ class RandomResizedCrop(GeometricOp):
         scale, ratio = check_range(scale, "scale"), check_range(ratio, "ratio")
         if scale[0] <= 0 or ratio[0] <= 0:
             raise ValueError(f"scale and ratio must be positive, got scale={scale}, ratio={ratio}")
+        if scale[0] > 1:  # torchvision takes it silently: every try fails, every crop is the fallback
+            warnings.warn(f"RandomResizedCrop(scale={scale}): scale is the crop's fraction of the image's area, and "
+                          f"no crop fits a minimum above 1: every sample gets the fallback, the same center crop "
+                          f"(as in torchvision). Percentages? Divide them by 100.", UserWarning, stacklevel=2)
         self.scale, self.ratio, self.antialias = scale, ratio, antialias
 
     def extra_repr(self) -> str:
