@@ -106,7 +106,7 @@ class Pipeline(nn.Module):
                 raise TypeError(f"Pipeline expects gpuaug ops, got the class {op.__name__}: make one, "
                                 f"{op.__name__}(...)")
             if not isinstance(op, Op):
-                raise TypeError(f"Pipeline expects gpuaug ops, got {type(op).__name__}: {op!r}")
+                raise TypeError(f"Pipeline expects gpuaug ops, got {type(op).__name__}: {op!r}{_port_hint(op)}")
         ops = cast("tuple[Op, ...]", given)
         first_rotation = next((i for i, op in enumerate(ops) if isinstance(op, RandomRotation)), len(ops))
         # Crops holding a fill or a copying padding_mode that never pad here: plain crops (below).
@@ -759,6 +759,20 @@ class Pipeline(nn.Module):
 # the sizes of the images it was drawn for, so a replay on other images is caught from host
 # values (reading the params on a GPU would wait for it). A copy, slice or move of the tensor
 # has none, and is checked by its values where it is on the CPU.
+def _port_hint(op: object) -> str:
+    """For another library's transform given to a Pipeline: gpuaug's namesake, where it has one."""
+    from . import transforms
+
+    name, home = type(op).__name__, type(op).__module__.split(".")[0]
+    if home not in ("torchvision", "kornia"):
+        return ""
+    if isinstance(getattr(transforms, name, None), type):
+        return f" ({home}'s; gpuaug's own is ga.{name}, with torchvision's arguments)"
+    if name in ("Compose", "AugmentationSequential"):
+        return f" (list gpuaug's ops in the Pipeline instead of a {home} {name})"
+    return f" ({home}'s; gpuaug's ops are listed in the README's op table)"
+
+
 _DRAWN_FOR = "_gpuaug_drawn_for"
 
 

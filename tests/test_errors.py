@@ -638,3 +638,19 @@ def test_complex_numbers_and_words_get_gpuaugs_message(name, slot, value):
 def test_an_op_class_instead_of_an_op_says_to_make_one():
     with pytest.raises(TypeError, match=r"got the class RandomHorizontalFlip: make one, RandomHorizontalFlip\(\.\.\.\)"):
         ga.Pipeline(ga.RandomResizedCrop(8), ga.RandomHorizontalFlip, device="cpu")
+
+
+def test_another_librarys_transform_names_gpuaugs_namesake():
+    """Code ported from torchvision or kornia that keeps one of their transforms (or their
+    container) in a Pipeline is told which gpuaug op to use."""
+    import kornia.augmentation as K
+
+    for op, words in ((v2.RandomResizedCrop(8), "torchvision's; gpuaug's own is ga.RandomResizedCrop"),
+                      (K.RandomHorizontalFlip(), "kornia's; gpuaug's own is ga.RandomHorizontalFlip"),
+                      (v2.Compose([v2.RandomHorizontalFlip()]), "list gpuaug's ops in the Pipeline instead of a "
+                                                                "torchvision Compose"),
+                      (v2.GaussianBlur(3), "torchvision's; gpuaug's ops are listed in the README's op table")):
+        with pytest.raises(TypeError, match=r"^Pipeline expects gpuaug ops, got " + type(op).__name__) as caught:
+            ga.Pipeline(ga.RandomResizedCrop(8), op, device="cpu")
+        assert str(caught.value).endswith(f"({words})" if "list" in words or "table" in words else
+                                          f"({words}, with torchvision's arguments)"), str(caught.value)
