@@ -230,12 +230,12 @@ def test_pack_stops_at_a_video_without_frames_or_leaves_it_out(frames_root, tmp_
         ga.data.pack_folder(src, tmp_path / "d", progress=False, on_error="ignore")
 
 
-@pytest.mark.parametrize("bad", ["error page", "cut before its size", "absurd size"])
+@pytest.mark.parametrize("bad", ["error page", "cut before its size", "absurd size", "another size"])
 def test_pack_checks_each_frames_header_and_names_a_frame_that_is_no_image(bad, frames_root, tmp_path, capsys, photos):
     """A frame with no image header (an error page saved as .jpg, a file cut before its frame
-    header) or one whose header claims absurd dimensions stops `gpuaug pack`, named, before that
-    video's pack is written (it was packed, and found only when a clip read it, in training);
-    --on-error skip leaves the video out."""
+    header), one whose header claims absurd dimensions, or one of another size than the video's
+    first frame stops `gpuaug pack`, named, before that video's pack is written (it was packed,
+    and found only when a clip read it, in training); --on-error skip leaves the video out."""
     import io
     import shutil
 
@@ -248,6 +248,8 @@ def test_pack_checks_each_frames_header_and_names_a_frame_that_is_no_image(bad, 
         frame.write_bytes(b"<html><body>404 Not Found</body></html>")
     elif bad == "cut before its size":
         frame.write_bytes(good[:good.index(b"\xff\xc0")])  # SOI, JFIF, tables; no frame header
+    elif bad == "another size":  # a resolution change inside the video: no clip of it could be stacked
+        Image.open(io.BytesIO(good)).resize((20, 16)).save(frame, "JPEG")
     else:
         buffer = io.BytesIO()
         Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(buffer, "JPEG")
@@ -257,7 +259,9 @@ def test_pack_checks_each_frames_header_and_names_a_frame_that_is_no_image(bad, 
         frame.write_bytes(bytes(data))
     assert main(["pack", str(src), str(tmp_path / "a"), "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert str(frame) in err and ("no image header" in err or "absurd dimensions" in err) and "--on-error skip" in err
+    assert str(frame) in err and "--on-error skip" in err
+    assert {"error page": "no image header", "cut before its size": "no image header", "absurd size": "absurd dimensions",
+            "another size": "16x20 pixels, where the video's first frame has 160x200"}[bad] in err, err
     assert not (tmp_path / "a" / "class0" / f"{frame.parent.name}.pack").exists()
     assert main(["pack", str(src), str(tmp_path / "b"), "--no-progress", "--on-error", "skip"]) == 0
     out, err = capsys.readouterr()

@@ -150,14 +150,20 @@ def pack_frames(frame_paths, dst) -> int:
     It is written under a temporary name and renamed: ``dst`` is never half-written. Each frame's
     header is checked, not decoded (:func:`check_size`): a file that is no image (no header
     torchvision or PIL reads: an error page saved as .jpg, a file cut before its size) or whose
-    header claims absurd dimensions raises :class:`DecodeError` naming it, before anything is
-    written; a frame damaged past its header is found when a clip reads it."""
-    blobs = []
+    header claims absurd dimensions, or another size than the first frame's (a clip's frames are
+    one tensor), raises :class:`DecodeError` naming it, before anything is written; a frame
+    damaged past its header is found when a clip reads it."""
+    blobs, first = [], None
     for p in frame_paths:
         data = read_bytes(p)
-        if check_size(p, data) is None:
+        size = check_size(p, data)
+        if size is None:
             raise DecodeError(str(p), "no image header (not a JPEG, nor another image torchvision or PIL reads, "
                                       "or cut before its size)")
+        first = first or size
+        if size != first:  # (header sizes: video frames carry no EXIF turn, which would swap them)
+            raise DecodeError(str(p), f"{size[0]}x{size[1]} pixels, where the video's first frame has "
+                                      f"{first[0]}x{first[1]}: a clip's frames must be of one size")
         blobs.append(data.numpy().tobytes())
     if not blobs:
         raise ValueError(f"no frames to pack into {dst}")
