@@ -755,10 +755,6 @@ class Pipeline(nn.Module):
         return out
 
 
-# The attribute that a pixel-position param (a crop box: Op.PIXEL_PARAMS) carries from its draw:
-# the sizes of the images it was drawn for, so a replay on other images is caught from host
-# values (reading the params on a GPU would wait for it). A copy, slice or move of the tensor
-# has none, and is checked by its values where it is on the CPU.
 def _port_hint(op: object) -> str:
     """For another library's transform given to a Pipeline: gpuaug's namesake, where it has one."""
     from . import transforms
@@ -773,6 +769,10 @@ def _port_hint(op: object) -> str:
     return f" ({home}'s; gpuaug's ops are listed in the README's op table)"
 
 
+# The attribute that a pixel-position param (a crop box: Op.PIXEL_PARAMS) carries from its draw:
+# the sizes of the images it was drawn for, so a replay on other images is caught from host
+# values (reading the params on a GPU would wait for it). A copy, slice or move of the tensor
+# has none, and is checked by its values where it is on the CPU.
 _DRAWN_FOR = "_gpuaug_drawn_for"
 
 

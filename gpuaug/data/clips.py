@@ -214,7 +214,7 @@ def pack_folder(src, dst, progress: bool = True, on_error: str = "raise", force:
     """Pack every ``src/<class>/<video>/`` frame folder into ``dst/<class>/<video>.pack``; returns
     :class:`PackCounts`. A video whose pack is current (:func:`pack_is_current`) is left as it is,
     so an interrupted run resumes where it stopped; ``force=True`` rewrites every pack. A video with
-    no JPEG frames, or a frame that cannot be read or has no image header (:func:`pack_frames`),
+    no JPEG frames, or a frame that cannot be read or fails :func:`pack_frames`' header check,
     raises :class:`DecodeError` naming it
     (``on_error="raise"``: the packs written so far stay), or is left out with a ``RuntimeWarning``
     naming it (``on_error="skip"``). Every class folder of ``src`` gets its folder under ``dst``,
