@@ -32,9 +32,10 @@ def inspect_images(images) -> tuple[list[Tensor] | Tensor | PackedImages, Sizes,
             return items, sizes, frames, True
         check_image_tensor(images[0][None], "images", tuple(images[0].shape), _ITEM_FIX)
         shapes = set(images.shapes)
-        if len({c for c, _, _ in shapes}) != 1 or any(h == 0 or w == 0 for _, h, w in shapes):
+        channel_counts = {c for c, _, _ in shapes}
+        if len(channel_counts) != 1 or any(h == 0 or w == 0 for _, h, w in shapes):
             raise ValueError(f"expected images of one channel count and non-zero height and width, got "
-                             f"shapes {sorted(shapes)}" + (_GRAY_HINT if len({c for c, _, _ in shapes}) > 1 else ""))
+                             f"shapes {sorted(shapes)}" + (_GRAY_HINT if len(channel_counts) > 1 else ""))
         if len(shapes) == 1:  # one size: already a batch
             return images.flat.view(len(images), *images.shapes[0]), Sizes(uniform=images.shapes[0][1:]), 1, False
         return images, Sizes(per_image=[(s[1], s[2]) for s in images.shapes]), 1, False

@@ -272,12 +272,12 @@ class Normalize(ColorOp):
         if not ((std_t > 0) & torch.isfinite(std_t)).all():  # written so that NaN fails too
             raise ValueError(f"std should be positive and finite, got {std_t.tolist()} (zero divides by zero; "
                              f"NaN or inf would make every output NaN or 0)")
-        if not ((mean_t >= 0) & (mean_t <= 1)).all():  # e.g. [123.675, 116.28, 103.53], for 0-255 pixel values
-            raise ValueError(f"Normalize works on images in [0, 1]: mean should be in [0, 1], got {mean_t.tolist()} "
-                             f"(means and stds for 0-255 pixel values, as DALI or mmcv take them, divide by 255)")
-        if (std_t > 1).any():  # e.g. [58.395, 57.12, 57.375] beside a mean already divided by 255
-            raise ValueError(f"Normalize works on images in [0, 1]: std should be at most 1, got {std_t.tolist()} "
-                             f"(stds for 0-255 pixel values, as DALI or mmcv take them, divide by 255)")
+        # Values for 0-255 pixels (mean [123.675, 116.28, 103.53], std [58.395, 57.12, 57.375]), or a
+        # std left so beside a mean already divided by 255.
+        if not (((mean_t >= 0) & (mean_t <= 1)).all() and (std_t <= 1).all()):
+            raise ValueError(f"Normalize works on images in [0, 1]: mean should be in [0, 1] and std at most 1, got "
+                             f"mean={mean_t.tolist()}, std={std_t.tolist()} (means and stds for 0-255 pixel values, as "
+                             f"DALI or mmcv take them: divide by 255)")
         self.register_buffer("mean", mean_t)
         self.register_buffer("std", std_t)
         self._given = (mean_t.tolist(), std_t.tolist())  # for buffers made real from meta (see _apply)
