@@ -272,6 +272,23 @@ class Pipeline(nn.Module):
         """Compute and return float64 (``self.to(torch.float64)``)."""
         return self.to(torch.float64)
 
+    def __getstate__(self) -> dict:
+        # A torch.Generator does not survive the pickling that sends a pipeline to spawn or
+        # forkserver workers (pytorch#146828: the worker dies with "unable to resize file"), so
+        # the stream travels as its state's bytes; a copy in a worker reseeds anyway (see
+        # _get_generator), a copy in this process (pickle, deepcopy) goes on from that state.
+        state = super().__getstate__()
+        generator = state.pop("_generator")
+        state["_generator"] = None if generator is None else (generator.device, bytes(generator.get_state().numpy()))
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        if self._generator is not None:
+            device, stream = self._generator
+            self._generator = torch.Generator(device=device)
+            self._generator.set_state(torch.frombuffer(bytearray(stream), dtype=torch.uint8))
+
     def _refuse_meta(self) -> None:
         if self.device.type == "meta":  # a stand-in device (buffers placed, nothing computed)
             raise ValueError("this Pipeline is on the meta device, which holds no values to draw or compute: "

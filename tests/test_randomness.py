@@ -264,12 +264,17 @@ class _AnglesInWorkers(torch.utils.data.Dataset):
         return self.pipe(torch.zeros(1, 3, 4, 4), return_params=True)[1][0]["angle"][0]
 
 
-def test_pipeline_copies_in_dataloader_workers_draw_their_own_streams():
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_pipeline_copies_in_dataloader_workers_draw_their_own_streams(method):
+    """Under spawn and forkserver the pipeline is pickled to the workers after it has drawn: a
+    torch.Generator did not survive that (pytorch#146828, every worker died)."""
     import multiprocessing
 
+    if method not in multiprocessing.get_all_start_methods():
+        pytest.skip(f"{method} not available here")
     ds = _AnglesInWorkers()
     loader = torch.utils.data.DataLoader(ds, batch_size=2, num_workers=2,
-                                         multiprocessing_context=multiprocessing.get_context("fork"))
+                                         multiprocessing_context=multiprocessing.get_context(method))
 
     def epoch():
         return torch.cat(list(loader)).tolist()
@@ -280,6 +285,23 @@ def test_pipeline_copies_in_dataloader_workers_draw_their_own_streams():
     assert first != second  # and each epoch draws anew
     torch.manual_seed(1)
     assert epoch() == first  # repeatable from torch's seed, as DataLoader's worker seeds are
+
+
+def test_pickled_and_copied_pipelines_go_on_with_the_stream():
+    """In this process a copy (pickle, deepcopy) continues the stream where the original was."""
+    import copy
+    import pickle
+
+    x = torch.randint(0, 256, (4, 3, 20, 24), dtype=torch.uint8)
+    for drawn in (0, 2):
+        pipe = ga.Pipeline(ga.RandomResizedCrop(12), ga.ColorJitter(0.4, 0.4, 0.4, 0.1), device="cpu", seed=7)
+        for _ in range(drawn):
+            pipe(x)
+        copies = [pickle.loads(pickle.dumps(pipe)), copy.deepcopy(pipe)]
+        expected = pipe(x)
+        for other in copies:
+            assert torch.equal(other(x), expected)
+            assert not torch.equal(other(x), expected)  # and on from there
 
 
 @pytest.mark.parametrize("native", ["1", "0"])
