@@ -743,8 +743,10 @@ class Pipeline(nn.Module):
         apply to these images (:meth:`Op.check_params`: a crop box inside its image, ...); params
         on a GPU are not read, as that would wait for the device (nor while traced)."""
         if not isinstance(params, (list, tuple)) or len(params) != len(self.ops):
+            got = f"a {type(params).__name__} of {len(params)} (params drawn by another pipeline?)" \
+                if isinstance(params, (list, tuple)) else type(params).__name__
             raise ValueError(f"params should be a list with one dict per op ({len(self.ops)}), as returned by "
-                             f"return_params=True, got {type(params).__name__}")
+                             f"return_params=True, got {got}")
         out, wants = [], self._draw(n, sizes, frames, meta=True)
         for i, (op, p, want) in enumerate(zip(self.ops, params, wants)):
             name = type(op).__name__

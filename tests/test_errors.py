@@ -111,8 +111,10 @@ def test_bad_replayed_params():
     p = pipe()
     x = torch.zeros(2, 3, 40, 40, dtype=torch.uint8)
     _, params = p(x, return_params=True)
-    with pytest.raises(ValueError, match="one dict per op"):
+    with pytest.raises(ValueError, match=f"one dict per op \\({len(params)}\\).*got a list of {2 * len(params)}"):
         p(x, params=params * 2)
+    with pytest.raises(ValueError, match="one dict per op .* got dict"):
+        p(x, params=params[0])
     with pytest.raises(ValueError, match="first dimension 3"):
         p(torch.zeros(3, 3, 40, 40, dtype=torch.uint8), params=params)
     rotate = ga.Pipeline(ga.RandomResizedCrop(32), ga.RandomRotation(10), device="cpu")
