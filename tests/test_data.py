@@ -818,7 +818,7 @@ def test_loader_stats_count_the_wait_for_data_apart_from_the_step():
     assert "3 batches, 6 images" in str(stats)
 
 
-@pytest.mark.parametrize("method", ["fork", "spawn"])
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
 def test_dataloader_with_two_workers(folder, method):
     if method not in multiprocessing.get_all_start_methods():
         pytest.skip(f"{method} not available here")

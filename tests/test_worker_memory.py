@@ -40,7 +40,7 @@ def _intact(images, labels) -> bool:
 
 @pytest.mark.parametrize("same_size, encoded", [(False, False), (True, False), (False, True)],
                          ids=["packed", "stacked", "JPEG bytes"])
-@pytest.mark.parametrize("method", ["fork", "spawn"])
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
 def test_batches_and_views_the_main_process_keeps_are_never_overwritten(monkeypatch, same_size, encoded, method):
     if method not in multiprocessing.get_all_start_methods():
         pytest.skip(f"{method} not available here")
