@@ -590,6 +590,27 @@ def test_pils_load_truncated_images_flag_is_left_to_the_process(photos, monkeypa
         decode_rgb("cut", cut_jpeg)
 
 
+def test_jpeg_damaged_inside_its_scan_decodes_as_pil_recovers_it(photos, tmp_path):
+    """README: a JPEG whose compressed data is damaged inside (libjpeg's "Corrupt JPEG data"
+    warning, on stderr) is not a bad file: it decodes to what libjpeg recovers, PIL's pixels
+    (torchvision's ImageFolder's), on each decode path."""
+    good = tmp_path / "good.jpg"
+    Image.fromarray(_rgb(photos[2])).save(good, quality=90)
+    data = bytearray(good.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 500] = bytes(500)  # a run of zeros in the middle of the scan
+    damaged = tmp_path / "damaged.jpg"
+    damaged.write_bytes(bytes(data))
+    expected = torch.from_numpy(np.array(Image.open(damaged).convert("RGB"))).permute(2, 0, 1)
+    intact = torch.from_numpy(np.array(Image.open(good).convert("RGB"))).permute(2, 0, 1)
+    assert (expected != intact).any() and (expected == intact).all(0).float().mean() > 0.3  # damaged, not lost
+    img, _ = ImageFiles([damaged])[0]
+    assert torch.equal(img, expected)
+    (batch,) = list(ga.DeviceLoader(DataLoader(ImageFiles([damaged], decode="gpu"), batch_size=1,
+                                               collate_fn=collate), device="cpu"))
+    assert torch.equal(batch[0][0], expected)
+
+
 def test_gpuaug_imports_and_decodes_without_any_codecs_library(tmp_path):
     """A torchvision without its image codecs (deprecated in 0.29, "to be removed in a future
     release") and no TorchCodec: gpuaug still imports, PIL decodes every file to the pixels
