@@ -121,6 +121,24 @@ def test_rng_state_on_cuda_resumes_the_draws_and_refuses_a_cpu_state(photos, cud
         pipe.set_rng_state(ga.Pipeline(*ops(), device="cpu", seed=4).get_rng_state())
 
 
+@pytest.mark.parametrize("cuda_graph", [False, True])
+def test_pickled_and_copied_cuda_pipelines_go_on_with_the_stream(photos, cuda_graph):
+    """A CUDA generator travels as its state's bytes (pickle, deepcopy): the copy goes on where
+    the original was, and records its own graphs."""
+    import copy
+    import pickle
+
+    batch = torch.stack([p[:, :200, :240] for p in photos]).cuda()
+    pipe = ga.Pipeline(*ops(), device="cuda", seed=4, cuda_graph=cuda_graph)
+    for _ in range(2):
+        pipe(batch)
+    copies = [pickle.loads(pickle.dumps(pipe)), copy.deepcopy(pipe)]
+    expected = [pipe(batch) for _ in range(2)]
+    for other in copies:
+        assert other.device == pipe.device and other.cuda_graph == cuda_graph
+        assert all(torch.equal(other(batch), out) for out in expected)
+
+
 def test_cpu_batch_is_moved_to_the_pipeline_device(photos):
     out = ga.Pipeline(*ops(), device="cuda", seed=0)(photos)
     assert out.device.type == "cuda"
