@@ -76,6 +76,32 @@ def test_image_folder_layout_matches_torchvision(folder):
     assert [(p, y) for p, y in ours.samples] == [(p, y) for p, y in ref.samples]
 
 
+def test_is_valid_file_and_target_transform_as_torchvision_takes_them(folder):
+    from torchvision.datasets import ImageFolder as TorchvisionImageFolder
+
+    def valid(path):
+        return "gray" not in os.path.basename(path)
+
+    def shifted(y):
+        return y + 10
+
+    ours = ImageFolder(folder, is_valid_file=valid, target_transform=shifted)
+    ref = TorchvisionImageFolder(str(folder), is_valid_file=valid, target_transform=shifted)
+    assert ours.samples == ref.samples and len(ours) < len(ImageFolder(folder))
+    assert [ours[i][1] for i in range(len(ours))] == [ref.samples[i][1] + 10 for i in range(len(ref))]
+    assert ours.targets == ref.targets  # untransformed, as torchvision's
+    gifs = ImageFolder(folder, is_valid_file=lambda p: p.lower().endswith(".gif"), allow_empty=True)
+    assert gifs.samples and gifs.samples == ImageFolder(folder, extensions=".gif", allow_empty=True).samples
+    with pytest.raises(ValueError, match="extensions and is_valid_file cannot both"):
+        ImageFolder(folder, extensions=(".jpg",), is_valid_file=valid)
+    with pytest.raises(FileNotFoundError, match="no files that is_valid_file takes"):
+        ImageFolder(folder, is_valid_file=lambda p: False)
+    with pytest.raises(TypeError, match="is_valid_file should be a callable"):
+        ImageFolder(folder, is_valid_file=".jpg")
+    with pytest.raises(TypeError, match="target_transform should be a callable"):
+        ImageFiles([], target_transform=3)
+
+
 def test_a_class_folder_without_images_is_refused_as_torchvision_refuses_it(tmp_path):
     from torchvision.datasets import ImageFolder as TorchvisionImageFolder
 

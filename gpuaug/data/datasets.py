@@ -9,7 +9,7 @@ sample is dropped, the path warned once and counted).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from pathlib import Path
@@ -56,12 +56,13 @@ class ImageFiles(Dataset):
             on the device (other formats are still decoded in the worker, and so is every file
             where no library with a device decoder is found: :mod:`gpuaug.data.codecs`).
         on_error: ``"raise"`` or ``"skip"``, applied by :class:`gpuaug.DeviceLoader`.
+        target_transform: called on each label in the worker, as torchvision's datasets do.
 
     Items: ``(image, label)``, image a uint8 ``(3, H, W)`` tensor, an :class:`Encoded` or a :class:`BadFile`.
     """
 
     def __init__(self, paths: Sequence[str | os.PathLike[str]], labels: Sequence[Any] | None = None,
-                 decode: str = "cpu", on_error: str = "raise"):
+                 decode: str = "cpu", on_error: str = "raise", target_transform: Callable[[Any], Any] | None = None):
         if decode not in _DECODERS:
             raise ValueError(f"decode should be one of {_DECODERS}, got {decode!r}")
         if on_error not in _POLICIES:
@@ -73,7 +74,9 @@ class ImageFiles(Dataset):
         if labels is not None and len(labels) != len(self.paths):
             raise ValueError(f"labels should have one entry per path: {len(labels)} labels for {len(self.paths)} paths")
         self.labels = list(labels) if labels is not None else [-1] * len(self.paths)
-        self.decode, self.on_error = decode, on_error
+        if target_transform is not None and not callable(target_transform):
+            raise TypeError(f"target_transform should be a callable (or None), got {type(target_transform).__name__}")
+        self.decode, self.on_error, self.target_transform = decode, on_error, target_transform
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -91,14 +94,21 @@ class ImageFiles(Dataset):
                 item = decode_rgb(path, data)
         except DecodeError as e:
             item = BadFile(e.path, e.cause)
-        return item, self.labels[index]
+        label = self.labels[index]
+        return item, label if self.target_transform is None else self.target_transform(label)
 
 
-def find_files(root, extensions) -> list[str]:
-    """Files under ``root`` whose names end with one of ``extensions`` (any case), sorted by folder
-    then name. Symlinked folders are followed, as torchvision's ImageFolder does, but each real
-    folder only once: a link loop (``a/up -> ..``) would otherwise never end."""
+def find_files(root, extensions: str | Sequence[str] = IMG_EXTENSIONS,
+               is_valid_file: Callable[[str], bool] | None = None) -> list[str]:
+    """Files under ``root`` whose names end with one of ``extensions`` (any case), or whose paths
+    ``is_valid_file`` takes where it is given, sorted by folder then name. Symlinked folders are
+    followed, as torchvision's ImageFolder does, but each real folder only once: a link loop
+    (``a/up -> ..``) would otherwise never end."""
     suffixes = tuple(e.lower() for e in ((extensions,) if isinstance(extensions, str) else extensions))
+
+    def accept(dirpath: str, name: str) -> bool:
+        return name.lower().endswith(suffixes) if is_valid_file is None else bool(is_valid_file(os.path.join(dirpath, name)))
+
     seen, found = set(), []
     for dirpath, dirnames, files in os.walk(root, followlinks=True):
         try:
@@ -109,7 +119,7 @@ def find_files(root, extensions) -> list[str]:
             dirnames[:] = []
             continue
         seen.add((st.st_dev, st.st_ino))
-        found.append((dirpath, sorted(f for f in files if f.lower().endswith(suffixes))))
+        found.append((dirpath, sorted(f for f in files if accept(dirpath, f))))
     return [os.path.join(d, f) for d, names in sorted(found) for f in names]
 
 
@@ -117,16 +127,25 @@ class ImageFolder(ImageFiles):
     """torchvision's class-folder layout (``root/<class>/<image>``), decode-only.
 
     ``classes`` (sorted folder names) and ``class_to_idx`` are torchvision's; files are taken by
-    extension (``IMG_EXTENSIONS``, torchvision's list; add ``".gif"`` and the like to take more),
-    in sorted order (:func:`find_files`: a folder reached twice through symlinks is read once).
+    extension (``extensions``, default ``IMG_EXTENSIONS``, torchvision's list; add ``".gif"`` and
+    the like to take more), or by ``is_valid_file(path)`` instead, as torchvision's (not both), in
+    sorted order (:func:`find_files`: a folder reached twice through symlinks is read once).
     A class folder without images is a ``FileNotFoundError`` naming it, as torchvision's; with
     ``allow_empty=True`` it stays a class (its index kept) without samples. Other args as
-    :class:`ImageFiles`.
+    :class:`ImageFiles`; there is no ``transform``: the pipeline augments the batch.
     """
 
     def __init__(self, root: str | os.PathLike[str], decode: str = "cpu", on_error: str = "raise",
-                 extensions: Sequence[str] = IMG_EXTENSIONS,
-                 allow_empty: bool = False):
+                 extensions: str | Sequence[str] | None = None, allow_empty: bool = False,
+                 target_transform: Callable[[Any], Any] | None = None,
+                 is_valid_file: Callable[[str], bool] | None = None):
+        if extensions is not None and is_valid_file is not None:  # torchvision's make_dataset refuses both too
+            raise ValueError("extensions and is_valid_file cannot both be given: is_valid_file decides alone")
+        if is_valid_file is not None and not callable(is_valid_file):
+            raise TypeError(f"is_valid_file should be a callable taking a path (or None), got "
+                            f"{type(is_valid_file).__name__}")
+        extensions = IMG_EXTENSIONS if extensions is None else extensions
+        wanted = "files that is_valid_file takes" if is_valid_file else f"image files with extensions {extensions!r}"
         root = Path(root)
         if not root.is_dir():
             raise FileNotFoundError(f"ImageFolder root {str(root)!r} is not a directory")
@@ -135,14 +154,15 @@ class ImageFolder(ImageFiles):
         if not self.classes:
             raise FileNotFoundError(f"no class folders found in {str(root)!r}")
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
-        found = {c: find_files(root / c, extensions) for c in self.classes}
+        found = {c: find_files(root / c, extensions, is_valid_file) for c in self.classes}
         samples = [(path, self.class_to_idx[c]) for c in self.classes for path in found[c]]
         if not samples:
-            raise FileNotFoundError(f"no image files with extensions {extensions!r} found in {str(root)!r}")
+            raise FileNotFoundError(f"no {wanted} found in {str(root)!r}")
         empty = [c for c in self.classes if not found[c]]
         if empty and not allow_empty:  # torchvision's rule: a class without images is a mistake in the data
-            raise FileNotFoundError(f"no image files with extensions {extensions!r} in the class folder(s) {empty} of "
+            raise FileNotFoundError(f"no {wanted} in the class folder(s) {empty} of "
                                     f"{str(root)!r} (allow_empty=True keeps them as classes without images)")
         self.samples = samples
-        super().__init__([p for p, _ in samples], [y for _, y in samples], decode=decode, on_error=on_error)
+        super().__init__([p for p, _ in samples], [y for _, y in samples], decode=decode, on_error=on_error,
+                         target_transform=target_transform)
         self.targets = self.labels
