@@ -283,11 +283,13 @@ class Pipeline(nn.Module):
         return state
 
     def __setstate__(self, state: dict) -> None:
-        super().__setstate__(state)
-        if self._generator is not None:
-            device, stream = self._generator
-            self._generator = torch.Generator(device=device)
-            self._generator.set_state(torch.frombuffer(bytearray(stream), dtype=torch.uint8))
+        carried = state.get("_generator")
+        super().__setstate__({**state, "_generator": None})
+        if carried is not None:
+            device, stream = carried
+            generator = torch.Generator(device=device)
+            generator.set_state(torch.frombuffer(bytearray(stream), dtype=torch.uint8))
+            self._generator = generator
 
     def _refuse_meta(self) -> None:
         if self.device.type == "meta":  # a stand-in device (buffers placed, nothing computed)
