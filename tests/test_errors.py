@@ -656,3 +656,24 @@ def test_another_librarys_transform_names_gpuaugs_namesake():
             ga.Pipeline(ga.RandomResizedCrop(8), op, device="cpu")
         assert str(caught.value).endswith(f"({words})" if "list" in words or "table" in words else
                                           f"({words}, with torchvision's arguments)"), str(caught.value)
+
+
+@pytest.mark.parametrize("make", [
+    lambda i, f: ga.RandomResizedCrop(i(24), scale=(f(0.5), f(1)), ratio=(f(0.75), f(1.25))),
+    lambda i, f: ga.CenterCrop(i(16)),
+    lambda i, f: ga.CenterCrop((i(16), i(20))),
+    lambda i, f: ga.Resize(i(20)),
+    lambda i, f: ga.RandomCrop(i(16), padding=i(2)),
+    lambda i, f: ga.RandomCrop(16, padding=(i(1), i(2)), fill=f(0.5)),
+    lambda i, f: ga.RandomRotation(f(15), center=(i(3), f(4.5)), fill=f(0.5)),
+    lambda i, f: ga.ColorJitter(f(0.5), (f(0.5), f(1.5)), hue=f(0.25)),
+    lambda i, f: ga.RandomGrayscale(f(0.5)),
+], ids=["RandomResizedCrop", "CenterCrop", "CenterCrop-hw", "Resize", "RandomCrop", "RandomCrop-seq", "RandomRotation",
+        "ColorJitter", "RandomGrayscale"])
+def test_numpy_numbers_are_taken_as_the_python_numbers_they_equal(make):
+    """A size or range from a numpy array (a config, ``np.random.choice``): ``RandomResizedCrop(np.int64(24))``
+    was "type numpy.int64 doesn't define __trunc__ method", ``RandomCrop(16, padding=np.int64(2))``
+    torchvision's "Padding must be an int ..., got 2"; torchvision takes the former."""
+    x = torch.randint(0, 256, (4, 3, 30, 40), dtype=torch.uint8)
+    with_numpy = ga.Pipeline(make(np.int64, np.float32), device="cpu", seed=0)(x)
+    assert torch.equal(with_numpy, ga.Pipeline(make(int, float), device="cpu", seed=0)(x))

@@ -308,10 +308,12 @@ def check_range(values, name: str) -> tuple[float, float]:
 
 def setup_size(size, error_msg: str = "Please provide only two dimensions (h, w) for size.") -> tuple[int, int]:
     """An int ``s`` -> ``(s, s)``; a sequence of one or two positive ints -> ``(h, w)``."""
-    if isinstance(size, numbers.Real) and not isinstance(size, bool):
+    if isinstance(size, numbers.Integral) and not isinstance(size, bool):
+        size = (int(size),) * 2  # numpy's too
+    elif isinstance(size, numbers.Real) and not isinstance(size, bool):
         if not math.isfinite(size):  # int() would raise OverflowError or ValueError of its own
             raise ValueError(f"size should be a positive integer, got {size}")
-        size = (math.trunc(size), math.trunc(size))
+        size = (int(float(size)),) * 2  # torchvision's int(): truncates
     elif is_sequence(size) and len(size) == 1:
         size = (size[0], size[0])
     elif not is_sequence(size):

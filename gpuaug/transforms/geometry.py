@@ -510,8 +510,11 @@ def parse_fill(fill) -> tuple[float, ...]:
 def _parse_padding(padding) -> tuple[int, int, int, int]:
     """torchvision's padding forms -> its four-value form ``(left, top, right, bottom)``."""
     values = list(padding) if isinstance(padding, (tuple, list)) else [padding]
-    if len(values) not in (1, 2, 4) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-        raise ValueError(f"Padding must be an int or a 1, 2, or 4 element of tuple or list, got {padding}.")
+    # any integer (numpy's too, which torchvision refuses as "got 2"), not a bool
+    if len(values) not in (1, 2, 4) or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool)
+                                               for v in values):
+        raise ValueError(f"Padding must be an int or a 1, 2, or 4 element of tuple or list, got {padding!r}.")
+    values = [int(v) for v in values]
     if any(v < 0 for v in values):
         raise ValueError(f"RandomCrop padding must be non-negative, got {padding}")
     if len(values) == 1:
