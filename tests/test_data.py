@@ -784,6 +784,30 @@ def test_bad_file_skipped_warned_once_and_counted(tmp_path, photos, kind, decode
     assert loader.stats.skipped == 2 and loader.stats.skipped_paths == [str(tmp_path / kind)] * 2
 
 
+def test_the_datasets_on_error_is_seen_through_subset_random_split_and_concat(tmp_path, photos):
+    """``random_split(ImageFolder(root, on_error="skip"), ...)``: the loader found no ``on_error`` on
+    the Subset and raised at the first bad file, mid-training, against what the dataset said."""
+    good, _ = _bad_files(tmp_path, photos)
+    skip = ImageFiles([good, tmp_path / "text.jpg", good, tmp_path / "empty.jpg"], labels=[0, 1, 2, 3],
+                      on_error="skip")
+    raising = ImageFiles([good, tmp_path / "text.jpg"], on_error="raise")
+    wrapped = [torch.utils.data.Subset(skip, [1, 2, 3]),
+               torch.utils.data.random_split(skip, [2, 2], generator=torch.Generator().manual_seed(0))[0],
+               torch.utils.data.ConcatDataset([skip, torch.utils.data.Subset(skip, [0, 1])])]
+    for ds in wrapped:
+        loader = ga.DeviceLoader(DataLoader(ds, batch_size=2, collate_fn=collate), device="cpu")
+        assert loader.on_error == "skip"
+        with pytest.warns(RuntimeWarning, match="skipping"):
+            n = sum(len(x) for x, _ in loader)
+        assert n + loader.stats.skipped == len(ds) and loader.stats.skipped >= 1
+    with pytest.raises(ValueError, match=r"different on_error policies \(raise, skip\): pass on_error="):
+        ga.DeviceLoader(DataLoader(torch.utils.data.ConcatDataset([skip, raising]), collate_fn=collate), device="cpu")
+    mixed = ga.DeviceLoader(DataLoader(torch.utils.data.ConcatDataset([skip, raising]), collate_fn=collate),
+                            device="cpu", on_error="raise")
+    assert mixed.on_error == "raise"  # an explicit policy decides
+    assert ga.DeviceLoader([], device="cpu").on_error == "raise"  # no dataset: raise
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes (POSIX)")
 @pytest.mark.parametrize("decode", ["cpu", "gpu"])
 def test_a_fifo_or_device_named_like_an_image_is_refused_not_waited_on(tmp_path, photos, decode):

@@ -58,7 +58,9 @@ class DeviceLoader:
         pipeline: a :class:`gpuaug.Pipeline`, or None to yield the uint8 images as they are.
         device: where to put the batches; default: the pipeline's device, else :func:`gpuaug.select_device`.
         prefetch: batches prepared ahead on CUDA (>= 1).
-        on_error: ``"raise"`` or ``"skip"`` for unreadable files; default: the dataset's ``on_error``.
+        on_error: ``"raise"`` or ``"skip"`` for unreadable files; default: the dataset's ``on_error``,
+            seen through torch's wrappers (``Subset``, ``random_split``'s, ``ConcatDataset``, and
+            any wrapper that keeps its dataset as ``.dataset`` or ``.datasets``), else ``"raise"``.
     """
 
     def __init__(self, loader: Iterable[Any], pipeline: Pipeline | Callable[..., Any] | None = None,
@@ -73,7 +75,7 @@ class DeviceLoader:
             self.device = on
         else:
             self.device = select_device(device)
-        self.on_error = on_error or getattr(getattr(loader, "dataset", None), "on_error", "raise")
+        self.on_error = on_error or _dataset_policy(getattr(loader, "dataset", None)) or "raise"
         if self.on_error not in ("raise", "skip"):
             raise ValueError(f"on_error should be 'raise' or 'skip', got {self.on_error!r}")
         self.stats = LoaderStats()
@@ -257,6 +259,21 @@ def _describe(batch) -> str:
     if isinstance(batch, torch.Tensor):
         return f"a tensor of shape {tuple(batch.shape)}"
     return type(batch).__name__
+
+
+def _dataset_policy(dataset, depth: int = 0) -> str | None:
+    """The ``on_error`` of the gpuaug dataset(s) inside ``dataset``, or None where there is none.
+    ``random_split(ImageFolder(root, on_error="skip"), ...)`` must skip as the dataset says."""
+    own = getattr(dataset, "on_error", None)
+    if own is not None or dataset is None or depth > 16:
+        return own
+    inner = getattr(dataset, "datasets", None)
+    inner = list(inner) if isinstance(inner, (list, tuple)) else [getattr(dataset, "dataset", None)]
+    policies = {p for p in (_dataset_policy(d, depth + 1) for d in inner) if p is not None}
+    if len(policies) > 1:
+        raise ValueError(f"the datasets inside this {type(dataset).__name__} have different on_error policies "
+                         f"({', '.join(sorted(policies))}): pass on_error= to DeviceLoader")
+    return policies.pop() if policies else None
 
 
 def _select(labels, keep: list[int]):
