@@ -808,6 +808,19 @@ def test_the_datasets_on_error_is_seen_through_subset_random_split_and_concat(tm
     assert ga.DeviceLoader([], device="cpu").on_error == "raise"  # no dataset: raise
 
 
+def test_a_gpuaug_dataset_batched_by_default_collate_is_refused_at_once(tmp_path, photos):
+    """torch's default_collate stacks: it failed at the first batch of two sizes, or the first bad
+    file even with on_error="skip", mid-epoch, with "stack expects each tensor to be equal size"."""
+    good, _ = _bad_files(tmp_path, photos)
+    ds = ImageFiles([good, tmp_path / "text.jpg"], on_error="skip")
+    for dataset in (ds, torch.utils.data.Subset(ds, [0, 1])):
+        with pytest.raises(TypeError, match="default_collate.*collate_fn=gpuaug.data.collate"):
+            ga.DeviceLoader(DataLoader(dataset, batch_size=2), device="cpu")
+    with pytest.warns(RuntimeWarning, match="text.jpg"):
+        (images, _), = list(ga.DeviceLoader(DataLoader(ds, batch_size=2, collate_fn=collate), device="cpu"))
+    assert len(images) == 1
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes (POSIX)")
 @pytest.mark.parametrize("decode", ["cpu", "gpu"])
 def test_a_fifo_or_device_named_like_an_image_is_refused_not_waited_on(tmp_path, photos, decode):

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.utils.data import default_collate
 
 from ..device import select_device
 from ..packed import PackedImages
@@ -17,7 +18,8 @@ from ..pipeline import Pipeline  # for the annotations (typing.get_type_hints re
 from ..transforms._base import move
 from . import codecs
 from .collate import Batch
-from .datasets import BadFile, Encoded
+from .clips import FrameFolder, PackedClips
+from .datasets import BadFile, Encoded, ImageFiles
 from .decode import DecodeError, decode_rgb
 
 
@@ -75,7 +77,17 @@ class DeviceLoader:
             self.device = on
         else:
             self.device = select_device(device)
-        self.on_error = on_error or _dataset_policy(getattr(loader, "dataset", None)) or "raise"
+        datasets = list(_inner_datasets(getattr(loader, "dataset", None)))
+        if getattr(loader, "collate_fn", None) is default_collate and any(
+                isinstance(d, (ImageFiles, FrameFolder, PackedClips)) for d in datasets):
+            raise TypeError("this DataLoader batches a gpuaug dataset with torch's default_collate, which cannot "
+                            "batch images of different sizes nor the BadFile records of unreadable files (it would "
+                            "fail at the first one, whatever on_error says): pass collate_fn=gpuaug.data.collate")
+        policies = {d.on_error for d in datasets if getattr(d, "on_error", None) is not None}
+        if on_error is None and len(policies) > 1:
+            raise ValueError(f"the datasets inside this {type(datasets[0]).__name__} have different on_error policies "
+                             f"({', '.join(sorted(policies))}): pass on_error= to DeviceLoader")
+        self.on_error = on_error or (policies.pop() if policies else "raise")
         if self.on_error not in ("raise", "skip"):
             raise ValueError(f"on_error should be 'raise' or 'skip', got {self.on_error!r}")
         self.stats = LoaderStats()
@@ -261,19 +273,16 @@ def _describe(batch) -> str:
     return type(batch).__name__
 
 
-def _dataset_policy(dataset, depth: int = 0) -> str | None:
-    """The ``on_error`` of the gpuaug dataset(s) inside ``dataset``, or None where there is none.
-    ``random_split(ImageFolder(root, on_error="skip"), ...)`` must skip as the dataset says."""
-    own = getattr(dataset, "on_error", None)
-    if own is not None or dataset is None or depth > 16:
-        return own
+def _inner_datasets(dataset, depth: int = 0):
+    """``dataset`` and those it wraps, as torch's wrappers keep them (``.dataset``: Subset and
+    random_split's; ``.datasets``: ConcatDataset, ChainDataset): a ``random_split`` of an
+    ``ImageFolder(root, on_error="skip")`` must skip as the dataset says."""
+    if dataset is None or depth > 16:
+        return
+    yield dataset
     inner = getattr(dataset, "datasets", None)
-    inner = list(inner) if isinstance(inner, (list, tuple)) else [getattr(dataset, "dataset", None)]
-    policies = {p for p in (_dataset_policy(d, depth + 1) for d in inner) if p is not None}
-    if len(policies) > 1:
-        raise ValueError(f"the datasets inside this {type(dataset).__name__} have different on_error policies "
-                         f"({', '.join(sorted(policies))}): pass on_error= to DeviceLoader")
-    return policies.pop() if policies else None
+    for d in inner if isinstance(inner, (list, tuple)) else [getattr(dataset, "dataset", None)]:
+        yield from _inner_datasets(d, depth + 1)
 
 
 def _select(labels, keep: list[int]):
