@@ -146,6 +146,29 @@ def test_a_damaged_frame_in_a_pack_is_named_by_its_number(tmp_path, photos):
     assert PackedClips(tmp_path / "packed", frames=4)[0][0].shape == (4, 3, 40, 48)  # frames 0, 4, 7, 11: all good
 
 
+def test_clip_datasets_on_error_skip_reaches_the_loader(tmp_path, photos):
+    """FrameFolder and PackedClips take on_error as the image datasets do: "skip" drops a clip
+    with a damaged frame (the loader used to raise unless told on_error="skip" itself)."""
+    for v in range(2):
+        video = tmp_path / "src" / "class" / f"video{v}"
+        video.mkdir(parents=True)
+        for t in range(4):
+            Image.fromarray(np.ascontiguousarray(photos[0].permute(1, 2, 0).numpy()[t:t + 40, :48])).save(
+                video / f"{t}.jpg")
+    (tmp_path / "src" / "class" / "video1" / "2.jpg").write_bytes(
+        (tmp_path / "src" / "class" / "video1" / "2.jpg").read_bytes()[:400])  # truncated in its scan
+    assert main(["pack", str(tmp_path / "src"), str(tmp_path / "packed"), "--no-progress"]) == 0
+    for ds in (FrameFolder(tmp_path / "src", frames=4, on_error="skip"),
+               PackedClips(tmp_path / "packed", frames=4, on_error="skip")):
+        loader = ga.DeviceLoader(DataLoader(ds, batch_size=2, collate_fn=collate), device="cpu")
+        with pytest.warns(RuntimeWarning, match="video1"):
+            (clips, labels), = list(loader)
+        assert clips.shape == (1, 4, 3, 40, 48) and loader.stats.skipped == 1
+    with pytest.raises(ValueError, match="on_error should be one of"):
+        FrameFolder(tmp_path / "src", on_error="ignore")
+    assert PackedClips(tmp_path / "packed").on_error == "raise"
+
+
 def test_packed_clips_with_workers_and_one_draw_per_clip(frames_root, tmp_path):
     main(["pack", str(frames_root), str(tmp_path / "packed"), "--no-progress"])
     ds = PackedClips(tmp_path / "packed", frames=4)

@@ -23,7 +23,7 @@ from typing import NamedTuple
 import torch
 from torch.utils.data import Dataset
 
-from .datasets import BadFile
+from .datasets import BadFile, checked_policy
 from .decode import DecodeError, check_size, decode_rgb, read_bytes
 
 PACK_MAGIC = b"GPUAUGPK"
@@ -116,10 +116,12 @@ def _stack_frames(path: str, images: list[torch.Tensor]) -> torch.Tensor:
 class FrameFolder(Dataset):
     """Clips from ``root/<class>/<video>/<frame>.jpg``: items ``(uint8 (T, 3, H, W), label)``,
     or a :class:`BadFile` for a clip with an unreadable frame. Labels are the class folders' sorted
-    order; a class folder without videos is a FileNotFoundError unless ``allow_empty=True``."""
+    order; a class folder without videos is a FileNotFoundError unless ``allow_empty=True``.
+    ``on_error``: ``"raise"`` or ``"skip"`` for such clips, applied by :class:`gpuaug.DeviceLoader`."""
 
-    def __init__(self, root: str | os.PathLike[str], frames: int = 8, allow_empty: bool = False):
-        self.root, self.frames = Path(root), _check_frames(frames)
+    def __init__(self, root: str | os.PathLike[str], frames: int = 8, allow_empty: bool = False,
+                 on_error: str = "raise"):
+        self.root, self.frames, self.on_error = Path(root), _check_frames(frames), checked_policy(on_error)
         self.classes, self.videos = _videos(self.root, lambda p: p.is_dir(), allow_empty)
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
 
@@ -353,10 +355,12 @@ class PackedClips(Dataset):
     """Clips from ``root/<class>/<video>.pack``: items ``(uint8 (T, 3, H, W), label)``, or a
     :class:`BadFile` naming the pack file for a corrupt or truncated one. Labels as
     :class:`FrameFolder`'s (:func:`pack_folder` makes every class folder of the source, so the
-    two agree); a class folder without packs is a FileNotFoundError unless ``allow_empty=True``."""
+    two agree); a class folder without packs is a FileNotFoundError unless ``allow_empty=True``.
+    ``on_error``: ``"raise"`` or ``"skip"`` for such clips, applied by :class:`gpuaug.DeviceLoader`."""
 
-    def __init__(self, root: str | os.PathLike[str], frames: int = 8, allow_empty: bool = False):
-        self.root, self.frames = Path(root), _check_frames(frames)
+    def __init__(self, root: str | os.PathLike[str], frames: int = 8, allow_empty: bool = False,
+                 on_error: str = "raise"):
+        self.root, self.frames, self.on_error = Path(root), _check_frames(frames), checked_policy(on_error)
         self.classes, self.videos = _videos(self.root, lambda p: p.suffix == ".pack" and p.is_file(), allow_empty)
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
 

@@ -27,6 +27,13 @@ _POLICIES = ("raise", "skip")
 _DECODERS = ("cpu", "gpu")
 
 
+def checked_policy(on_error) -> str:
+    """A dataset's ``on_error``: ``"raise"`` or ``"skip"``, applied by :class:`gpuaug.DeviceLoader`."""
+    if on_error not in _POLICIES:
+        raise ValueError(f"on_error should be one of {_POLICIES}, got {on_error!r}")
+    return on_error
+
+
 @dataclass
 class BadFile:
     """Stands in a batch for a file that could not be read or decoded."""
@@ -65,8 +72,7 @@ class ImageFiles(Dataset):
                  decode: str = "cpu", on_error: str = "raise", target_transform: Callable[[Any], Any] | None = None):
         if decode not in _DECODERS:
             raise ValueError(f"decode should be one of {_DECODERS}, got {decode!r}")
-        if on_error not in _POLICIES:
-            raise ValueError(f"on_error should be one of {_POLICIES}, got {on_error!r}")
+        self.on_error = checked_policy(on_error)
         if isinstance(paths, (str, bytes, os.PathLike)):
             raise TypeError(f"paths should be a list of image files, got one {type(paths).__name__}: {paths!r} "
                             f"(ImageFiles([path]) for one file, ImageFolder(root) for a folder)")
@@ -76,7 +82,7 @@ class ImageFiles(Dataset):
         self.labels = list(labels) if labels is not None else [-1] * len(self.paths)
         if target_transform is not None and not callable(target_transform):
             raise TypeError(f"target_transform should be a callable (or None), got {type(target_transform).__name__}")
-        self.decode, self.on_error, self.target_transform = decode, on_error, target_transform
+        self.decode, self.target_transform = decode, target_transform
 
     def __len__(self) -> int:
         return len(self.paths)

@@ -19,7 +19,7 @@ from ..transforms._base import move
 from . import codecs
 from .collate import Batch
 from .clips import FrameFolder, PackedClips
-from .datasets import BadFile, Encoded, ImageFiles
+from .datasets import BadFile, Encoded, ImageFiles, checked_policy
 from .decode import DecodeError, decode_rgb
 
 
@@ -87,9 +87,7 @@ class DeviceLoader:
         if on_error is None and len(policies) > 1:
             raise ValueError(f"the datasets inside this {type(datasets[0]).__name__} have different on_error policies "
                              f"({', '.join(sorted(policies))}): pass on_error= to DeviceLoader")
-        self.on_error = on_error or (policies.pop() if policies else "raise")
-        if self.on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error should be 'raise' or 'skip', got {self.on_error!r}")
+        self.on_error = checked_policy(on_error or (policies.pop() if policies else "raise"))
         self.stats = LoaderStats()
         self._warned: set[str] = set()
 
