@@ -813,9 +813,22 @@ def test_a_gpuaug_dataset_batched_by_default_collate_is_refused_at_once(tmp_path
     file even with on_error="skip", mid-epoch, with "stack expects each tensor to be equal size"."""
     good, _ = _bad_files(tmp_path, photos)
     ds = ImageFiles([good, tmp_path / "text.jpg"], on_error="skip")
-    for dataset in (ds, torch.utils.data.Subset(ds, [0, 1])):
+    for dataset in (ds, torch.utils.data.Subset(ds, [0, 1]), torch.utils.data.ConcatDataset([ds, ds])):
         with pytest.raises(TypeError, match="default_collate.*collate_fn=gpuaug.data.collate"):
             ga.DeviceLoader(DataLoader(dataset, batch_size=2), device="cpu")
+
+    class Cropped(torch.utils.data.Dataset):  # a user's wrapper whose items are one size: default_collate is fine
+        def __init__(self, dataset):
+            self.dataset = dataset
+
+        def __len__(self):
+            return 1
+
+        def __getitem__(self, i):
+            return self.dataset[0][0][:, :16, :16], 0
+
+    (images, _), = list(ga.DeviceLoader(DataLoader(Cropped(ds), batch_size=1), device="cpu"))
+    assert images.shape == (1, 3, 16, 16)
     with pytest.warns(RuntimeWarning, match="text.jpg"):
         (images, _), = list(ga.DeviceLoader(DataLoader(ds, batch_size=2, collate_fn=collate), device="cpu"))
     assert len(images) == 1

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.utils.data import default_collate
+from torch.utils.data import ConcatDataset, Subset, default_collate
 
 from ..device import select_device
 from ..packed import PackedImages
@@ -77,15 +77,14 @@ class DeviceLoader:
             self.device = on
         else:
             self.device = select_device(device)
-        datasets = list(_inner_datasets(getattr(loader, "dataset", None)))
-        if getattr(loader, "collate_fn", None) is default_collate and any(
-                isinstance(d, (ImageFiles, FrameFolder, PackedClips)) for d in datasets):
+        dataset = getattr(loader, "dataset", None)
+        if getattr(loader, "collate_fn", None) is default_collate and _gives_gpuaug_items(dataset):
             raise TypeError("this DataLoader batches a gpuaug dataset with torch's default_collate, which cannot "
                             "batch images of different sizes nor the BadFile records of unreadable files (it would "
                             "fail at the first one, whatever on_error says): pass collate_fn=gpuaug.data.collate")
-        policies = {d.on_error for d in datasets if getattr(d, "on_error", None) is not None}
+        policies = {d.on_error for d in _inner_datasets(dataset) if getattr(d, "on_error", None) is not None}
         if on_error is None and len(policies) > 1:
-            raise ValueError(f"the datasets inside this {type(datasets[0]).__name__} have different on_error policies "
+            raise ValueError(f"the datasets inside this {type(dataset).__name__} have different on_error policies "
                              f"({', '.join(sorted(policies))}): pass on_error= to DeviceLoader")
         self.on_error = checked_policy(on_error or (policies.pop() if policies else "raise"))
         self.stats = LoaderStats()
@@ -281,6 +280,19 @@ def _inner_datasets(dataset, depth: int = 0):
     inner = getattr(dataset, "datasets", None)
     for d in inner if isinstance(inner, (list, tuple)) else [getattr(dataset, "dataset", None)]:
         yield from _inner_datasets(d, depth + 1)
+
+
+def _gives_gpuaug_items(dataset, depth: int = 0) -> bool:
+    """Whether ``dataset``'s items are a gpuaug dataset's as it made them (images of any size,
+    BadFile records): the dataset itself, or torch's Subset / ConcatDataset of one. A user's
+    wrapper may have made them something else (cropped to one size, say), so it is not looked into."""
+    if isinstance(dataset, (ImageFiles, FrameFolder, PackedClips)):
+        return True
+    if isinstance(dataset, Subset) and depth < 16:
+        return _gives_gpuaug_items(dataset.dataset, depth + 1)
+    if isinstance(dataset, ConcatDataset) and depth < 16:
+        return any(_gives_gpuaug_items(d, depth + 1) for d in dataset.datasets)
+    return False
 
 
 def _select(labels, keep: list[int]):
