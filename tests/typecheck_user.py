@@ -17,7 +17,9 @@ def train_loop(root: str) -> None:
     validate = ga.Pipeline([ga.Resize(256), ga.CenterCrop(224)], dtype=torch.float16)
     others = ga.Pipeline(ga.RandomCrop(32, padding=4, fill=0.5, padding_mode="reflect"), ga.RandomVerticalFlip(0.2),
                          ga.RandomGrayscale(), ga.Resize(size=None, max_size=64), ga.RandomRotation((0, 90), center=(1, 2)))
-    dataset = ga.data.ImageFolder(root, on_error="skip")
+    dataset = ga.data.ImageFolder(root, on_error="skip", target_transform=lambda y: y + 1,
+                                  is_valid_file=lambda path: not path.endswith(".tmp.jpg"))
+    clips = ga.data.PackedClips(root, frames=4, on_error="skip")
     loader = ga.DeviceLoader(DataLoader(dataset, batch_size=8, num_workers=2, collate_fn=ga.data.collate),
                              pipeline=augment)
     for images, labels in loader:
@@ -29,4 +31,4 @@ def train_loop(root: str) -> None:
     augment.set_rng_state(state)
     packed = ga.PackedImages.pack([torch.zeros(3, 4, 4, dtype=torch.uint8)])
     device: torch.device = ga.select_device()
-    print(loader.stats, len(loader), packed, device, validate, others)
+    print(loader.stats, len(loader), packed, device, validate, others, clips)
