@@ -11,7 +11,8 @@ def select_device(device: str | int | torch.device | None = None) -> torch.devic
     """Pick this process's device without touching CUDA more than needed.
 
     Order: the explicit ``device`` argument > the ``GPUAUG_DEVICE`` environment variable >
-    ``cuda:$LOCAL_RANK`` (set by torchrun) > ``cuda:{pid % device_count}`` > ``cpu``.
+    ``cuda:$LOCAL_RANK`` (set by torchrun; ``cuda:0`` where the process sees one GPU alone, as
+    when a launcher gives each rank its own ``CUDA_VISIBLE_DEVICES``) > ``cuda:{pid % device_count}`` > ``cpu``.
     Call it in the main process only: DataLoader workers must never touch CUDA.
     """
     if device is not None:
@@ -28,6 +29,8 @@ def select_device(device: str | int | torch.device | None = None) -> torch.devic
             rank = int(local_rank)
         except ValueError:
             raise ValueError(f"LOCAL_RANK should be an integer, got {local_rank!r}") from None
+        if rank >= count == 1:  # a launcher that shows each rank its own GPU alone (CUDA_VISIBLE_DEVICES per rank)
+            return torch.device("cuda", 0)
         if not 0 <= rank < count:
             raise ValueError(f"LOCAL_RANK={rank} but only {count} CUDA device(s) are visible (CUDA_VISIBLE_DEVICES="
                              f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): pass device= to the Pipeline "

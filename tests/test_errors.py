@@ -404,6 +404,9 @@ def test_select_device_rule_with_gpus(monkeypatch):
         monkeypatch.setenv("LOCAL_RANK", bad)
         with pytest.raises(ValueError, match=words):
             ga.select_device()
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # each rank shown its own GPU alone
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert ga.select_device() == torch.device("cuda", 0)
 
 
 def test_normalize_follows_a_loaded_or_edited_std():
