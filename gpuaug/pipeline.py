@@ -384,30 +384,13 @@ class Pipeline(nn.Module):
         frame_params = _per_frame(params, frames)
         plan = self._plan(sizes, frame_params, len(items), channels, uint8=first.dtype == torch.uint8, kernels=kernels)
 
-        def plan_the_rest():
-            """Draw the ops not drawn yet, plan the warp -> (the color ops with their params, their
-            program for a fused kernel or None)."""
-            nonlocal params, frame_params
-            assert params is not None  # drawn or checked above
-            if len(params) < len(self.ops):
-                late = self._draw(n, sizes, frames, start=len(params))
-                params, frame_params = params + late, frame_params + _per_frame(late, frames)
-            self._plan_warp(plan, frame_params, channels)
-            # (no walrus in this comprehension: dynamo broke the graph on it, 7 graphs for Resize + CenterCrop)
-            color = [(cast(ColorOp, self.ops[i]), frame_params[i]) for i in self._color_at]
-            # The color ops as one program per sample for a fused kernel (CPU float32: gpuaug.native;
-            # CUDA: gpuaug.gpu_kernels), else op by op.
-            program = None
-            if color and (cpu_kernel or plan["kernels"] is not None):
-                program = color_programs(color, len(items), self.device)
-            return color, program
-
         # The plan (taps, matrices) is built once for the whole batch. On CUDA: one pass, the warp
         # and the color ops as Triton kernels (gpuaug.gpu_kernels) or else torch kernels. On the CPU
         # (gpuaug.cpu): chunks of a few images that stay in cache, and the color ops as one fused C
         # kernel per chunk where it is built (gpuaug.native).
+        rest = (n, sizes, frames, channels, len(items), cpu_kernel)
         if own:
-            color, program = plan_the_rest()
+            params, frame_params, color, program = self._plan_the_rest(plan, params, frame_params, *rest)
             fused = cpu.fused_color_program(program, channels) if cpu_kernel else None
             source = sizes.max()
             (H, W), (h, w) = source, plan["size"] or source
@@ -429,7 +412,7 @@ class Pipeline(nn.Module):
                 x = self._geometry(chunk, plan, part)
             else:  # one part: the whole batch
                 x, mirror = self._resample(chunk, plan, part)
-                color, program = plan_the_rest()
+                params, frame_params, color, program = self._plan_the_rest(plan, params, frame_params, *rest)
                 x = self._warp(x, mirror, plan, part)
             if fused is not None:
                 if out is None:
@@ -456,6 +439,25 @@ class Pipeline(nn.Module):
         check_finite_output(out, items, frames)
         out = self._finish(out, n, frames if is_clip else 0)
         return (out, params) if return_params else out
+
+    def _plan_the_rest(self, plan: dict[str, Any], params: list[Params], frame_params: list[Params], n: int,
+                       sizes: Sizes, frames: int, channels: int, count: int, cpu_kernel: bool):
+        """Draw the ops not drawn yet, plan the warp -> (params, params per frame, the color ops with
+        their params, their program for a fused kernel or None). A method, not a closure over
+        ``_forward``'s locals: under torch.compile on Python 3.13, dynamo lost the closure's
+        ``params`` cell, assigned after the draws' graph break (7 graphs for Resize + CenterCrop)."""
+        if len(params) < len(self.ops):
+            late = self._draw(n, sizes, frames, start=len(params))
+            params, frame_params = params + late, frame_params + _per_frame(late, frames)
+        self._plan_warp(plan, frame_params, channels)
+        # (no walrus in this comprehension: dynamo broke the graph on it, 7 graphs for Resize + CenterCrop)
+        color = [(cast(ColorOp, self.ops[i]), frame_params[i]) for i in self._color_at]
+        # The color ops as one program per sample for a fused kernel (CPU float32: gpuaug.native;
+        # CUDA: gpuaug.gpu_kernels), else op by op.
+        program = None
+        if color and (cpu_kernel or plan["kernels"] is not None):
+            program = color_programs(color, count, self.device)
+        return params, frame_params, color, program
 
     # Under torch.compile: one graph break for all the draws (dynamo cannot trace a Generator
     # argument, so each op's draw was a break of its own).
