@@ -1102,7 +1102,10 @@ def test_gpu_decode_falls_back_to_cpu_without_cuda(folder):
 def test_gpu_decode_of_a_corrupt_jpeg_names_the_path(tmp_path, photos):
     good, _ = _bad_files(tmp_path, photos)
     data = good.read_bytes()
-    (tmp_path / "garbled.jpg").write_bytes(data[:600] + bytes(len(data) - 602) + b"\xff\xd9")  # (its EOI kept)
+    # Its header whole (so the worker hands it on: Pillow 12 could not open the file cut at byte 600
+    # and sent it to the CPU decoder), its scan zeroed, its EOI kept.
+    scan = data.index(b"\xff\xda") + 20
+    (tmp_path / "garbled.jpg").write_bytes(data[:scan] + bytes(len(data) - scan - 2) + b"\xff\xd9")
     ds = ImageFiles([good, tmp_path / "garbled.jpg"], decode="gpu", on_error="raise")
     assert isinstance(ds[1][0], Encoded)
     loader = ga.DeviceLoader(DataLoader(ds, batch_size=2, collate_fn=collate), device="cpu")
