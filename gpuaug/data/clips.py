@@ -113,20 +113,34 @@ def _stack_frames(path: str, images: list[torch.Tensor]) -> torch.Tensor:
     return torch.stack(images)
 
 
-class FrameFolder(Dataset):
-    """Clips from ``root/<class>/<video>/<frame>.jpg``: items ``(uint8 (T, 3, H, W), label)``,
-    or a :class:`BadFile` for a clip with an unreadable frame. Labels are the class folders' sorted
-    order; a class folder without videos is a FileNotFoundError unless ``allow_empty=True``.
-    ``on_error``: ``"raise"`` or ``"skip"`` for such clips, applied by :class:`gpuaug.DeviceLoader`."""
+class ClipDataset(Dataset):
+    """What :class:`FrameFolder` and :class:`PackedClips` share: the ``root/<class>/<video>``
+    entries that ``is_video`` takes, labelled by the class folders' sorted order (a class folder
+    without videos is a FileNotFoundError unless ``allow_empty=True``), ``frames`` per clip, and
+    ``on_error`` (``"raise"`` or ``"skip"``) for a clip that comes as a :class:`BadFile`, applied
+    by :class:`gpuaug.DeviceLoader`."""
 
     def __init__(self, root: str | os.PathLike[str], frames: int = 8, allow_empty: bool = False,
                  on_error: str = "raise"):
         self.root, self.frames, self.on_error = Path(root), _check_frames(frames), checked_policy(on_error)
-        self.classes, self.videos = _videos(self.root, lambda p: p.is_dir(), allow_empty)
+        self.classes, self.videos = _videos(self.root, self.is_video, allow_empty)
         self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+
+    @staticmethod
+    def is_video(path: Path) -> bool:
+        raise NotImplementedError
 
     def __len__(self) -> int:
         return len(self.videos)
+
+
+class FrameFolder(ClipDataset):
+    """Clips from ``root/<class>/<video>/<frame>.jpg``: items ``(uint8 (T, 3, H, W), label)``,
+    or a :class:`BadFile` for a clip with an unreadable frame. Arguments as :class:`ClipDataset`'s."""
+
+    @staticmethod
+    def is_video(path: Path) -> bool:
+        return path.is_dir()
 
     def frame_paths(self, index: int) -> list[str]:
         """The video's frames in time order: names sorted with their numbers read as numbers, so
@@ -351,21 +365,15 @@ def _decode_frame(path: str, i: int, n: int, data: torch.Tensor) -> torch.Tensor
         raise DecodeError(path, f"frame {i} of {n}: {e.cause}") from None
 
 
-class PackedClips(Dataset):
+class PackedClips(ClipDataset):
     """Clips from ``root/<class>/<video>.pack``: items ``(uint8 (T, 3, H, W), label)``, or a
     :class:`BadFile` naming the pack file for a corrupt or truncated one. Labels as
     :class:`FrameFolder`'s (:func:`pack_folder` makes every class folder of the source, so the
-    two agree); a class folder without packs is a FileNotFoundError unless ``allow_empty=True``.
-    ``on_error``: ``"raise"`` or ``"skip"`` for such clips, applied by :class:`gpuaug.DeviceLoader`."""
+    two agree). Arguments as :class:`ClipDataset`'s."""
 
-    def __init__(self, root: str | os.PathLike[str], frames: int = 8, allow_empty: bool = False,
-                 on_error: str = "raise"):
-        self.root, self.frames, self.on_error = Path(root), _check_frames(frames), checked_policy(on_error)
-        self.classes, self.videos = _videos(self.root, lambda p: p.suffix == ".pack" and p.is_file(), allow_empty)
-        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
-
-    def __len__(self) -> int:
-        return len(self.videos)
+    @staticmethod
+    def is_video(path: Path) -> bool:
+        return path.suffix == ".pack" and path.is_file()
 
     def __getitem__(self, index: int):
         path, label = self.videos[index]
