@@ -18,7 +18,7 @@ from ..pipeline import Pipeline  # for the annotations (typing.get_type_hints re
 from ..transforms._base import move
 from . import codecs
 from .collate import Batch
-from .clips import FrameFolder, PackedClips
+from .clips import ClipDataset
 from .datasets import BadFile, Encoded, ImageFiles, checked_policy
 from .decode import DecodeError, decode_rgb
 
@@ -78,7 +78,8 @@ class DeviceLoader:
         else:
             self.device = select_device(device)
         dataset = getattr(loader, "dataset", None)
-        if getattr(loader, "collate_fn", None) is default_collate and _gives_gpuaug_items(dataset):
+        if getattr(loader, "collate_fn", None) is default_collate and any(
+                isinstance(d, (ImageFiles, ClipDataset)) for d in _inner_datasets(dataset, any_wrapper=False)):
             raise TypeError("this DataLoader batches a gpuaug dataset with torch's default_collate, which cannot "
                             "batch images of different sizes nor the BadFile records of unreadable files (it would "
                             "fail at the first one, whatever on_error says): pass collate_fn=gpuaug.data.collate")
@@ -270,29 +271,20 @@ def _describe(batch) -> str:
     return type(batch).__name__
 
 
-def _inner_datasets(dataset, depth: int = 0):
-    """``dataset`` and those it wraps, as torch's wrappers keep them (``.dataset``: Subset and
-    random_split's; ``.datasets``: ConcatDataset, ChainDataset): a ``random_split`` of an
-    ``ImageFolder(root, on_error="skip")`` must skip as the dataset says."""
+def _inner_datasets(dataset, any_wrapper: bool = True, depth: int = 0):
+    """``dataset`` and those it wraps: a ``random_split`` of an ``ImageFolder(root, on_error="skip")``
+    must skip as the dataset says. Through torch's Subset (random_split's, ``.dataset``) and
+    ConcatDataset (``.datasets``), whose items are their datasets' as made; with ``any_wrapper``
+    through any that keeps them so (ChainDataset, a user's wrapper, which may change the items:
+    crop them to one size, say)."""
     if dataset is None or depth > 16:
         return
     yield dataset
+    if not any_wrapper and not isinstance(dataset, (Subset, ConcatDataset)):
+        return
     inner = getattr(dataset, "datasets", None)
     for d in inner if isinstance(inner, (list, tuple)) else [getattr(dataset, "dataset", None)]:
-        yield from _inner_datasets(d, depth + 1)
-
-
-def _gives_gpuaug_items(dataset, depth: int = 0) -> bool:
-    """Whether ``dataset``'s items are a gpuaug dataset's as it made them (images of any size,
-    BadFile records): the dataset itself, or torch's Subset / ConcatDataset of one. A user's
-    wrapper may have made them something else (cropped to one size, say), so it is not looked into."""
-    if isinstance(dataset, (ImageFiles, FrameFolder, PackedClips)):
-        return True
-    if isinstance(dataset, Subset) and depth < 16:
-        return _gives_gpuaug_items(dataset.dataset, depth + 1)
-    if isinstance(dataset, ConcatDataset) and depth < 16:
-        return any(_gives_gpuaug_items(d, depth + 1) for d in dataset.datasets)
-    return False
+        yield from _inner_datasets(d, any_wrapper, depth + 1)
 
 
 def _select(labels, keep: list[int]):
