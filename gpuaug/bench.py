@@ -158,7 +158,7 @@ def run(devices=None, batch_sizes=(64, 256), repeats: int = 5, progress: bool = 
     """Time every method on every device and batch size; returns one dict per row. ``on_row(rows)``
     is called after each row (the CLI saves and reports partial results with it, so a run cut
     short, as by a time limit on a lent GPU, still leaves what it measured)."""
-    from tqdm.auto import tqdm
+    from .progress import progress_bar
 
     keep_freed_memory()  # for every row alike: page faults on fresh mmap pages otherwise dominate CPU rows
     if devices is None:
@@ -168,7 +168,7 @@ def run(devices=None, batch_sizes=(64, 256), repeats: int = 5, progress: bool = 
     plan = [(d, b) for d in devices for b in batch_sizes]
     has_kornia = kornia_augment("cpu") is not None
     per_plan = {"cpu": 4 + has_kornia, "cuda": 6 + 2 * has_kornia}
-    bar = tqdm(total=sum(per_plan.get(d.type, 5) for d, _ in plan), desc="gpuaug bench", disable=not progress, unit="run")
+    bar = progress_bar(total=sum(per_plan.get(d.type, 5) for d, _ in plan), desc="gpuaug bench", disable=not progress, unit="run")
     threads = torch.get_num_threads()
     try:
         for device, batch in plan:

@@ -134,7 +134,7 @@ def steady_order(n_items: int, batch_size: int, num_workers: int) -> tuple[list[
 
 def run(root=None, n_files: int = 192, num_workers: int = 2, batch_size: int = 32, step_ms: float = 20.0,
         device=None, progress: bool = True) -> list[dict]:
-    from tqdm.auto import tqdm
+    from .progress import progress_bar
 
     keep_freed_memory()
     device = select_device(device)
@@ -142,7 +142,7 @@ def run(root=None, n_files: int = 192, num_workers: int = 2, batch_size: int = 3
         root = Path(root) if root is not None else make_jpeg_folder(Path(tmp) / "jpegs", n_files)
         decode_only = ImageFolder(root)
         with_transforms = TorchvisionFolder(decode_only.paths, decode_only.labels)
-        bar = tqdm(total=4, desc="gpuaug bench --loader", disable=not progress, unit="step")
+        bar = progress_bar(total=4, desc="gpuaug bench --loader", disable=not progress, unit="step")
         n_cap = min(len(decode_only), 64)
         cap_tv = worker_capacity(with_transforms, n_cap)
         bar.update()

@@ -52,7 +52,7 @@ def _one_thread(fn):
 
 def run(directory, max_files: int = 256, step_ms: float = 20.0, device=None, batch_size: int = 32,
         max_workers: int | None = None, progress: bool = True) -> dict:
-    from tqdm.auto import tqdm
+    from .progress import progress_bar
 
     keep_freed_memory()
     device = select_device(device)
@@ -61,7 +61,7 @@ def run(directory, max_files: int = 256, step_ms: float = 20.0, device=None, bat
     workers = sorted({0, *[w for w in (1, 2, 4, 8, 16, 32) if w <= cores], cores})
     sweep_plan = [(w, pin, pf) for w in workers for pin in ([False, True] if device.type == "cuda" else [False])
                   for pf in ([2, 4] if w > 0 else [None])]
-    bar = tqdm(total=4 + len(sweep_plan), desc="gpuaug profile", disable=not progress, unit="step")
+    bar = progress_bar(total=4 + len(sweep_plan), desc="gpuaug profile", disable=not progress, unit="step")
 
     def read_all():
         blobs, bad = [], []

@@ -236,7 +236,7 @@ def pack_folder(src, dst, progress: bool = True, on_error: str = "raise", force:
     naming it (``on_error="skip"``). Every class folder of ``src`` gets its folder under ``dst``,
     with packs or without (a class whose videos were all left out, or a class folder without
     videos), so :class:`PackedClips` reads the labels :class:`FrameFolder` gives."""
-    from tqdm.auto import tqdm
+    from ..progress import progress_bar
 
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error should be 'raise' or 'skip', got {on_error!r}")
@@ -262,7 +262,7 @@ def pack_folder(src, dst, progress: bool = True, on_error: str = "raise", force:
         Path(dst).mkdir(parents=True, exist_ok=True)
         (Path(dst) / PACKS_MARK).touch()
     packed = up_to_date = skipped = 0
-    for i in tqdm(range(len(src_ds)), desc="gpuaug pack", disable=not progress, unit="video"):
+    for i in progress_bar(range(len(src_ds)), desc="gpuaug pack", disable=not progress, unit="video"):
         video = Path(src_ds.videos[i][0])
         pack = _pack_path(dst, video)
         try:
