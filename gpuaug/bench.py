@@ -227,8 +227,10 @@ def _add_ratios(rows: list[dict]) -> None:
 
 
 def format_table(rows: list[dict]) -> str:
+    """The rows as a text table; the ``b2b`` columns only where some row has them (CUDA rows)."""
+    b2b_cols = any(r.get("back_to_back_images_per_s") for r in rows)
     head = (f"{'device':<36} {'batch':>5}  {'method':<50} {'img/s':>10} {'ms/batch':>9} {'x tv/sample':>11} "
-            f"{'x kornia':>8} {'b2b img/s':>10} {'b2b x kornia':>12}")
+            f"{'x kornia':>8}" + (f" {'b2b img/s':>10} {'b2b x kornia':>12}" if b2b_cols else ""))
     lines = [head, "-" * len(head)]
     for r in rows:
         if r["images_per_s"] is None:
@@ -236,13 +238,17 @@ def format_table(rows: list[dict]) -> str:
             continue
         tv = f"{r['x_torchvision_per_sample']:.2f}" if r["x_torchvision_per_sample"] else "-"
         ko = f"{r['x_kornia']:.2f}" if r["x_kornia"] else "-"
-        b2b = f"{r['back_to_back_images_per_s']:.1f}" if r.get("back_to_back_images_per_s") else "-"
-        b2b_ko = f"{r['x_kornia_back_to_back']:.2f}" if r.get("x_kornia_back_to_back") else "-"
-        lines.append(f"{r['device'][:36]:<36} {r['batch']:>5}  {r['method']:<50} {r['images_per_s']:>10.1f} "
-                     f"{r['ms_per_batch']:>9.1f} {tv:>11} {ko:>8} {b2b:>10} {b2b_ko:>12}")
+        line = (f"{r['device'][:36]:<36} {r['batch']:>5}  {r['method']:<50} {r['images_per_s']:>10.1f} "
+                f"{r['ms_per_batch']:>9.1f} {tv:>11} {ko:>8}")
+        if b2b_cols:
+            b2b = f"{r['back_to_back_images_per_s']:.1f}" if r.get("back_to_back_images_per_s") else "-"
+            b2b_ko = f"{r['x_kornia_back_to_back']:.2f}" if r.get("x_kornia_back_to_back") else "-"
+            line += f" {b2b:>10} {b2b_ko:>12}"
+        lines.append(line)
     lines.append("x tv/sample: images/s over torchvision v2 per sample on one CPU core (one worker); "
                  "x kornia: over kornia eager on the same device. img/s: each call timed alone (waiting "
-                 f"for the device after it); b2b (CUDA): {BACK_TO_BACK} calls back to back, one wait at the end.")
+                 "for the device after it)" + (f"; b2b (CUDA): {BACK_TO_BACK} calls back to back, one wait at "
+                                               "the end." if b2b_cols else "."))
     return "\n".join(lines)
 
 

@@ -47,6 +47,8 @@ def test_ratios_are_over_the_cpu_worker_and_kornia_on_the_same_device():
         r.setdefault("error", "kornia failed")
     assert [r["x_kornia_back_to_back"] for r in rows] == [None, None, None, 1.0, 40.0, None, None, None]
     assert "100000.0" in bench.format_table(rows) and "40.00" in bench.format_table(rows)
+    no_b2b = [{**r, "back_to_back_images_per_s": None, "x_kornia_back_to_back": None} for r in rows]
+    assert "b2b" in bench.format_table(rows) and "b2b" not in bench.format_table(no_b2b)  # no columns of dashes
 
 
 def test_back_to_back_timing_waits_once_per_repeat(monkeypatch):
