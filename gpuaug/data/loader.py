@@ -25,14 +25,15 @@ from .decode import DecodeError, decode_rgb
 
 @dataclass
 class LoaderStats:
-    """Counters of one :class:`DeviceLoader`, over all its epochs so far."""
+    """Counters of one :class:`DeviceLoader`, over all its epochs so far: ``skipped`` counts every
+    skip (a bad file each epoch), ``skipped_paths`` names each bad file once, in the order met."""
 
     batches: int = 0
     images: int = 0
     skipped: int = 0
     data_wait_s: float = 0.0  # time the training loop waited on the DataLoader
     elapsed_s: float = 0.0
-    skipped_paths: list = field(default_factory=list)
+    skipped_paths: list[str] = field(default_factory=list)
 
     @property
     def wait_per_batch_ms(self) -> float:
@@ -162,9 +163,9 @@ class DeviceLoader:
         if self.on_error == "raise":
             raise bad.error()
         self.stats.skipped += 1
-        self.stats.skipped_paths.append(bad.path)
-        if bad.path not in self._warned:
+        if bad.path not in self._warned:  # once a path: the list stays bounded over any number of epochs
             self._warned.add(bad.path)
+            self.stats.skipped_paths.append(bad.path)
             warnings.warn(f"gpuaug: skipping {bad.path}: {bad.cause}", RuntimeWarning, stacklevel=3)
 
     def _prepare(self, batch):
