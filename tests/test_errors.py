@@ -241,6 +241,10 @@ def test_bad_op_arguments_raise_what_torchvision_raises(name, args, kwargs):
         (lambda: ga.RandomResizedCrop(0), ValueError),
         (lambda: ga.Resize(-3), ValueError),
         (lambda: ga.Resize([256.0]), ValueError),  # torchvision takes it, then fails when resizing
+        (lambda: ga.Resize([[128, 96]]), ValueError),  # was taken as (128, 96); torchvision fails when resizing
+        (lambda: ga.Resize([(256,)]), ValueError),
+        (lambda: ga.RandomCrop([True, 8]), ValueError),  # was a (1, 8) crop
+        (lambda: ga.Resize((8, True)), ValueError),
         (lambda: ga.Resize((2.5, 3.5)), ValueError),
         (lambda: ga.Normalize((0.5, 0.5), (0.5, 0.5, 0.5)), ValueError),
         (lambda: ga.Normalize((0.5,), (0.0,)), ValueError),
@@ -599,12 +603,15 @@ def test_interpolation_as_pils_int_codes_as_torchvision_takes_them(code, mode):
 
 
 @pytest.mark.parametrize("value, error", [("abc", TypeError), (None, TypeError), ({"r": 0.5}, TypeError),
-                                          ([0.5, "a", 0.5], TypeError), ([], ValueError)])
+                                          ([0.5, "a", 0.5], TypeError), ([], ValueError), (True, TypeError),
+                                          ([0.5, True, 0.5], TypeError), (np.array([True]), TypeError),
+                                          (torch.tensor([True, False, True]), TypeError), (0.5 + 0.1j, TypeError)])
 @pytest.mark.parametrize("slot", ["mean", "std"])
 def test_normalize_names_the_argument_that_is_not_numbers(value, error, slot):
     """Normalize's mean and std: a string, None, a dict or an empty list is refused at construction
     with the argument's name and what came (torch's own message, ``new(): invalid data type 'str'``,
-    named neither; an empty pair failed only at the first call)."""
+    named neither; an empty pair failed only at the first call). Booleans and complex numbers too:
+    torch took ``True`` as a mean or std of 1.0 (torchvision refuses a bool)."""
     args = {"mean": (0.5, 0.5, 0.5), "std": (0.2, 0.2, 0.2)}
     args[slot] = value
     with pytest.raises(error, match=rf"^{slot} should .*{re.escape(repr(value)[:5])}"):

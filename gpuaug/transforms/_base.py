@@ -320,7 +320,7 @@ def setup_size(size, error_msg: str = "Please provide only two dimensions (h, w)
         raise TypeError(f"size should be an int or a sequence of ints, got {type(size).__name__}")
     if len(size) != 2:
         raise ValueError(error_msg)
-    if any(not isinstance(s, numbers.Integral) or s <= 0 for s in size):
+    if any(not isinstance(s, numbers.Integral) or isinstance(s, bool) or s <= 0 for s in size):
         raise ValueError(f"size should contain positive integers, got {tuple(size)}")
     return int(size[0]), int(size[1])
 

@@ -11,7 +11,8 @@ from torch import Tensor
 from ..functional.color import adjust_hue, gray_rows, mix_channels, normalize, scaled_identity
 from ..cpu import own_path
 from ..native import OP_BRIGHTNESS, OP_CONTRAST, OP_HUE, OP_NONE, OP_SATURATION
-from ._base import TEXT_TYPES, Draw, Op, Params, Sizes, check_probability, refuse_params, setup_range, to_device
+from ._base import (TEXT_TYPES, Draw, Op, Params, Sizes, check_probability, is_sequence, refuse_params, setup_range,
+                    to_device)
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -239,13 +240,16 @@ class RandomGrayscale(ColorOp):
 def _per_channel_values(name: str, value) -> Tensor:
     """``value`` (a number, a sequence of numbers, an array or a tensor) as a ``(n,)`` float32 CPU
     tensor, n >= 1; a TypeError or ValueError naming ``name`` for anything else."""
-    if isinstance(value, TEXT_TYPES):
-        raise TypeError(f"{name} should be a number or a sequence of numbers (one per channel), got {value!r}")
+    expected = f"{name} should be a number or a sequence of numbers (one per channel), got"
+    if isinstance(value, (*TEXT_TYPES, bool)) or (is_sequence(value) and any(isinstance(v, bool) for v in value)):
+        raise TypeError(f"{expected} {value!r}")  # (torch would take True as 1.0)
     try:
-        values = torch.as_tensor(value, dtype=torch.float32, device="cpu").flatten()
+        raw = torch.as_tensor(value, device="cpu")
+        if raw.dtype == torch.bool or raw.is_complex():
+            raise TypeError(f"{raw.dtype} values")
+        values = raw.to(torch.float32).flatten()
     except (TypeError, ValueError, RuntimeError) as error:
-        raise TypeError(f"{name} should be a number or a sequence of numbers (one per channel), got "
-                        f"{type(value).__name__} {value!r:.60} ({error})") from None
+        raise TypeError(f"{expected} {type(value).__name__} {value!r:.60} ({error})") from None
     if values.numel() == 0:
         raise ValueError(f"{name} should have one value per channel (or one for all), got none: {value!r}")
     return values

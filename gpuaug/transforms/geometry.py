@@ -280,6 +280,9 @@ class Resize(GeometricOp):
             self.size: int | tuple[int, int] | None = None
         else:
             if is_sequence(size) and len(size) == 1:
+                if is_sequence(size[0]):  # [[h, w]]: no form of size (torchvision fails when resizing)
+                    raise ValueError(f"size can be an integer, a sequence of one or two integers, or None, but got "
+                                     f"{size!r} instead.")
                 size = size[0]  # [s] means the shorter side, as an int does (torchvision's TorchScript form)
             if isinstance(size, numbers.Number) and not isinstance(size, numbers.Integral):
                 # torchvision's error: a float is not a shorter side (setup_size would make it (s, s))
