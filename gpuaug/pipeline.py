@@ -131,9 +131,10 @@ class Pipeline(nn.Module):
         self._pad_fill = next((op.fill for i, op in enumerate(ops) if i in self._resample_at
                                and isinstance(op, RandomCrop) and op.fills and i not in self._plain_crops), None)
         self.dtype = checked_dtype(dtype)
-        self.channels_last = bool(channels_last)
-        if not isinstance(cuda_graph, bool):
-            raise TypeError(f"cuda_graph must be True or False, got {cuda_graph!r}")
+        for name, flag in (("channels_last", channels_last), ("cuda_graph", cuda_graph)):
+            if not isinstance(flag, bool):  # channels_last="no" was taken as True
+                raise TypeError(f"{name} must be True or False, got {flag!r}")
+        self.channels_last = channels_last
         self._graphs = GraphedCalls() if cuda_graph else None
         self.seed = int(torch.randint(0, 2**62, (1,), device="cpu").item()) if seed is None else checked_seed(seed)
         self._generator: torch.Generator | None = None

@@ -244,6 +244,7 @@ def test_bad_op_arguments_raise_what_torchvision_raises(name, args, kwargs):
         (lambda: ga.Resize([[128, 96]]), ValueError),  # was taken as (128, 96); torchvision fails when resizing
         (lambda: ga.Resize([(256,)]), ValueError),
         (lambda: ga.RandomCrop([True, 8]), ValueError),  # was a (1, 8) crop
+        (lambda: ga.Pipeline(ga.RandomHorizontalFlip(), device="cpu", channels_last="no"), TypeError),  # was True
         (lambda: ga.Resize((8, True)), ValueError),
         (lambda: ga.Resize((2.5, 3.5)), ValueError),
         (lambda: ga.Normalize((0.5, 0.5), (0.5, 0.5, 0.5)), ValueError),
