@@ -98,6 +98,9 @@ def test_is_valid_file_and_target_transform_as_torchvision_takes_them(folder):
         ImageFolder(folder, is_valid_file=lambda p: False)
     with pytest.raises(TypeError, match="is_valid_file should be a callable"):
         ImageFolder(folder, is_valid_file=".jpg")
+    for extensions in (5, [b".jpg"], [".jpg", None]):  # was "'int' object is not iterable", or no files found
+        with pytest.raises(TypeError, match="extensions should be a suffix or a sequence of suffixes"):
+            ImageFolder(folder, extensions=extensions)
     with pytest.raises(TypeError, match="target_transform should be a callable"):
         ImageFiles([], target_transform=3)
 
@@ -1271,6 +1274,17 @@ def test_bad_arguments():
             collate([item])
     with pytest.raises(TypeError, match="pipeline should be a gpuaug.Pipeline.*got str"):
         ga.DeviceLoader([], pipeline="RandomResizedCrop(224)", device="cpu")
+    for dataset in (ImageFiles([]), torch.utils.data.TensorDataset(torch.zeros(2, 3, 4, 4))):  # failed at the first batch
+        with pytest.raises(TypeError, match=r"DeviceLoader wraps a DataLoader.*got \w+: a dataset, batch it first"):
+            ga.DeviceLoader(dataset, device="cpu")
+    with pytest.raises(TypeError, match="DeviceLoader wraps a DataLoader.*got int: 5"):
+        ga.DeviceLoader(5, device="cpu")
+
+    class Batches(torch.utils.data.IterableDataset):  # an IterableDataset may yield batches (webdataset's .batched())
+        def __iter__(self):
+            yield torch.zeros(2, 3, 4, 4, dtype=torch.uint8), torch.zeros(2)
+
+    assert [x.shape for x, _ in ga.DeviceLoader(Batches(), device="cpu")] == [(2, 3, 4, 4)]
     with pytest.raises(TypeError, match="images as tensors.*got str at item 1"):
         next(iter(ga.DeviceLoader([([torch.zeros(3, 4, 4, dtype=torch.uint8), "b.jpg"], torch.zeros(2))], device="cpu")))
     with pytest.raises(TypeError, match="list of image files"):

@@ -151,6 +151,10 @@ class ImageFolder(ImageFiles):
             raise TypeError(f"is_valid_file should be a callable taking a path (or None), got "
                             f"{type(is_valid_file).__name__}")
         extensions = IMG_EXTENSIONS if extensions is None else extensions
+        if not isinstance(extensions, str) and not (isinstance(extensions, Sequence)
+                                                    and all(isinstance(e, str) for e in extensions)):
+            raise TypeError(f"extensions should be a suffix or a sequence of suffixes ('.jpg', ...), got "
+                            f"{type(extensions).__name__}: {extensions!r}")
         wanted = "files that is_valid_file takes" if is_valid_file else f"image files with extensions {extensions!r}"
         root = Path(root)
         if not root.is_dir():

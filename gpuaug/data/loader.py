@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.utils.data import ConcatDataset, Subset, default_collate
+from torch.utils.data import ConcatDataset, Dataset, IterableDataset, Subset, default_collate
 
 from ..device import select_device
 from ..packed import PackedImages
@@ -70,6 +70,13 @@ class DeviceLoader:
                  device: str | int | torch.device | None = None, prefetch: int = 2, on_error: str | None = None):
         if not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 1:
             raise ValueError(f"prefetch should be an int >= 1, got {prefetch!r}")
+        # A map-style dataset iterates by index, one sample at a time (an IterableDataset may yield batches).
+        one_by_one = isinstance(loader, Dataset) and not isinstance(loader, IterableDataset)
+        if not isinstance(loader, Iterable) or one_by_one:
+            hint = (": a dataset, batch it first: DataLoader(dataset, batch_size=..., collate_fn=gpuaug.data.collate)"
+                    if one_by_one else f": {loader!r:.60}")
+            raise TypeError(f"DeviceLoader wraps a DataLoader (or any iterable of batches), got "
+                            f"{type(loader).__name__}{hint}")
         if pipeline is not None and not callable(pipeline):
             raise TypeError(f"pipeline should be a gpuaug.Pipeline (or None), got {type(pipeline).__name__}: "
                             f"{pipeline!r}")
