@@ -175,6 +175,10 @@ class PackedImages(PackedTensors):
     def pack(cls, images: Sequence[Tensor]) -> PackedImages:
         """Concatenate ``(C, H_i, W_i)`` images (or ``(T, C, H_i, W_i)`` clips) into one buffer
         (one copy; in a DataLoader worker, in shared memory)."""
+        if isinstance(images, Tensor):  # (its truth value was torch's "ambiguous" RuntimeError)
+            raise TypeError(f"expected a list of images (or clips) to pack, got one tensor of shape "
+                            f"{tuple(images.shape)}: a batch of one size needs no packing (the pipeline takes it as "
+                            f"it is), or pack list(batch)")
         if not images:
             raise ValueError("expected at least one image to pack, got none")
         for i, t in enumerate(images):

@@ -92,6 +92,8 @@ def test_bad_packed_images():
         assert words in str(info.value)
     with pytest.raises(TypeError, match="image tensors .* to pack: item 1 is ndarray"):
         ga.PackedImages.pack([x, x.numpy()])
+    with pytest.raises(TypeError, match=r"a list of images .* got one tensor of shape \(2, 3, 4, 5\)"):
+        ga.PackedImages.pack(torch.stack([x, x]))  # was torch's "Boolean value of Tensor ... is ambiguous"
 
 
 def test_ragged_list_without_fixed_output_size():
