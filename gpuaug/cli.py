@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpuaug", description="Batched per-sample image augmentation on the GPU.")
+    parser.add_argument("--version", action=_Versions, help="print gpuaug's version and those it runs with, then exit")
     sub = parser.add_subparsers(dest="command", required=True)
     bench = sub.add_parser("bench", help="time torchvision, kornia and gpuaug on the built-in sample photos")
     bench.add_argument("--device", action="append", help="cpu or cuda[:N]; repeat for several (default: cuda if present, and cpu)")
@@ -70,6 +71,40 @@ def _parser() -> argparse.ArgumentParser:
                       help="rewrite every pack (by default a pack newer than its frames is left as it is)")
     pack.add_argument("--no-progress", action="store_true")
     return parser
+
+
+class _Versions(argparse.Action):
+    """``gpuaug --version``: gpuaug's version and what it runs with (for a bug report), read only
+    when asked (importing torch takes a second)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(versions())
+        parser.exit()
+
+
+def versions() -> str:
+    """One line: gpuaug, Python, torch, torchvision, kornia (or "not installed"), the image codecs
+    library and the GPUs torch sees."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+    import torchvision
+
+    from . import __version__
+    from .data.codecs import CODECS
+
+    try:
+        kornia = version("kornia")
+    except PackageNotFoundError:
+        kornia = "not installed"
+    gpus = (f"{torch.cuda.device_count()} CUDA device(s), {torch.cuda.get_device_name(0)}"
+            if torch.cuda.is_available() else "no CUDA device")
+    return (f"gpuaug {__version__} (Python {platform.python_version()}, torch {torch.__version__}, torchvision "
+            f"{torchvision.__version__}, kornia {kornia}, codecs {CODECS.name}; {gpus})")
 
 
 def _bench_loader(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

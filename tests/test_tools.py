@@ -88,6 +88,22 @@ def test_simulated_loop_times_the_steady_state_after_its_warm_up(monkeypatch):
         bench_loader.steady_order(0, 2, 1)
 
 
+def test_version_names_gpuaug_and_what_it_runs_with(capsys):
+    """``gpuaug --version`` (for a bug report): the installed distribution's version, which
+    ``gpuaug.__version__`` must repeat, and torch's, torchvision's and the GPUs."""
+    from importlib.metadata import version
+
+    import torchvision
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    out = capsys.readouterr().out
+    assert done.value.code == 0 and out.startswith(f"gpuaug {version('gpuaug')} (Python ")
+    assert gpuaug.__version__ == version("gpuaug")
+    assert f"torch {torch.__version__}, torchvision {torchvision.__version__}" in out
+    assert ("no CUDA device" in out) != torch.cuda.is_available()
+
+
 def test_profile_on_a_folder_without_images(tmp_path, capsys):
     assert main(["profile", str(tmp_path), "--no-progress"]) == 2
     assert "no image files" in capsys.readouterr().err
