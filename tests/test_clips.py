@@ -35,6 +35,9 @@ def test_frame_indices_spread_evenly():
     assert frame_indices(7, 1) == [3]
     with pytest.raises(ValueError):
         frame_indices(0, 4)
+    for frames in (0, -2, 2.5, True):  # 0 gave [], as if a clip could have no frames
+        with pytest.raises(ValueError, match="frames should be an int >= 1"):
+            frame_indices(12, frames)
 
 
 def test_frame_folder_clips(frames_root):

@@ -39,6 +39,7 @@ def frame_indices(n_frames: int, frames: int) -> list[int]:
     """``frames`` indices spread evenly over ``n_frames`` (repeating frames of a short video)."""
     if n_frames <= 0:
         raise ValueError(f"a video needs at least one frame, got {n_frames}")
+    frames = _check_frames(frames)  # (0 gave no indices, 2.5 a TypeError of range's)
     if frames == 1:
         return [n_frames // 2]
     return [round(i * (n_frames - 1) / (frames - 1)) for i in range(frames)]
