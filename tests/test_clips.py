@@ -77,6 +77,8 @@ def test_frame_folders_that_hold_no_clip_say_what_is_missing(tmp_path, photos):
     with pytest.raises(ValueError, match="no frames to pack"):
         pack_frames([], tmp_path / "x.pack")
     assert not (tmp_path / "x.pack").exists()
+    with pytest.raises(TypeError, match="a list of frame files, got one str"):  # was "/: cannot read (Is a directory)"
+        pack_frames(str(next(root.rglob("*.jpg"))), tmp_path / "x.pack")
 
 
 @pytest.mark.parametrize("pattern", ["{t}.jpg", "img{t}.jpeg", "frame_{t:03d}.jpg"])

@@ -170,6 +170,9 @@ def pack_frames(frame_paths, dst) -> int:
     header claims absurd dimensions, or another size than the first frame's (a clip's frames are
     one tensor), raises :class:`DecodeError` naming it, before anything is written; a frame
     damaged past its header is found when a clip reads it."""
+    if isinstance(frame_paths, (str, bytes, os.PathLike)):  # its characters are no frames ("/": a directory)
+        raise TypeError(f"frame_paths should be a list of frame files, got one {type(frame_paths).__name__}: "
+                        f"{frame_paths!r} (pack_frames([path], dst) for one frame)")
     blobs, first = [], None
     for p in frame_paths:
         data = read_bytes(p)
