@@ -286,7 +286,10 @@ class Pipeline(nn.Module):
     def __setstate__(self, state: dict) -> None:
         carried = state.get("_generator")
         super().__setstate__({**state, "_generator": None})
-        if carried is not None:
+        # Another process (a worker, a checkpoint loaded elsewhere) reseeds anyway (_get_generator):
+        # it makes no generator here, so a CUDA pipeline's copy touches no CUDA in a DataLoader
+        # worker, nor fails to load where there is none (torch.load(..., map_location="cpu")).
+        if carried is not None and self._owner == _owner():
             device, stream = carried
             generator = torch.Generator(device=device)
             generator.set_state(torch.frombuffer(bytearray(stream), dtype=torch.uint8))

@@ -304,6 +304,32 @@ def test_pickled_and_copied_pipelines_go_on_with_the_stream():
             assert not torch.equal(other(x), expected)  # and on from there
 
 
+def test_a_copy_in_another_process_makes_no_generator_of_the_originals_device(monkeypatch):
+    """A CUDA pipeline saved whole (``torch.save(model)``) and loaded on a machine without CUDA
+    (``map_location="cpu"``): unpickling made a CUDA generator for the carried stream and failed
+    (``AcceleratorError``), though another process reseeds from ``seed`` anyway; in a DataLoader
+    worker it touched CUDA. Stood in for here: the stream carried as a CUDA one's, the copy
+    loaded in "another process" (another owner)."""
+    import pickle
+
+    import gpuaug.pipeline as pipeline_module
+
+    x = torch.randint(0, 256, (4, 3, 20, 24), dtype=torch.uint8)
+    pipe = ga.Pipeline(ga.RandomResizedCrop(12), device="cpu", seed=7)
+    first = pipe(x)
+    state = pipe.__getstate__()
+    state["_generator"] = (torch.device("cuda", 0), bytes(16))  # what a CUDA pipeline's carries
+    made = []
+    real_generator = torch.Generator
+    monkeypatch.setattr(torch, "Generator", lambda *a, **k: made.append(k.get("device")) or real_generator(*a, **k))
+    monkeypatch.setattr(pipeline_module, "_owner", lambda: (-1, None))  # another process
+    copy = pickle.loads(pickle.dumps(pipe))  # (its own state, carried as this process's)
+    elsewhere = ga.Pipeline.__new__(ga.Pipeline)
+    elsewhere.__setstate__(state)
+    assert made == [] and elsewhere._generator is None
+    assert torch.equal(elsewhere(x), first) and torch.equal(copy(x), first)  # reseeded from seed there
+
+
 @pytest.mark.parametrize("native", ["1", "0"])
 def test_small_images_in_large_cpu_chunks_give_what_each_gets_alone(native, monkeypatch):
     """Images far smaller than a photo go through the CPU path in larger chunks (2.5x faster at
