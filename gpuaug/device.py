@@ -17,7 +17,7 @@ def select_device(device: str | int | torch.device | None = None) -> torch.devic
     """
     if device is not None:
         return _checked(_parse(device, "device argument"), "device argument")
-    env = os.environ.get("GPUAUG_DEVICE")
+    env = os.environ.get("GPUAUG_DEVICE", "").strip()  # (" cpu" from a .env file or a shell quote: torch refuses it)
     if env:
         return _checked(_parse(env, "GPUAUG_DEVICE"), "GPUAUG_DEVICE")
     if not torch.cuda.is_available():

@@ -373,7 +373,12 @@ def test_select_device(monkeypatch):
     monkeypatch.setenv("GPUAUG_DEVICE", "gpu0")
     with pytest.raises(ValueError, match="GPUAUG_DEVICE"):
         ga.select_device()
+    monkeypatch.setenv("GPUAUG_DEVICE", " meta\n")  # spaces around it: taken (was a ValueError)
+    assert ga.select_device() == torch.device("meta")
+    monkeypatch.setenv("GPUAUG_DEVICE", "  ")  # blank: as unset (was a ValueError)
+    blank = ga.select_device()
     monkeypatch.delenv("GPUAUG_DEVICE")
+    assert blank == ga.select_device()
     for kind in ("mps", "xpu"):  # another backend this machine lacks: named, not torch's NotImplementedError
         if not getattr(torch, kind).is_available():
             with pytest.raises(ValueError, match=f"asks for {kind} but this machine has none"):
