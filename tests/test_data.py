@@ -785,6 +785,7 @@ def test_bad_file_skipped_warned_once_and_counted(tmp_path, photos, kind, decode
         warnings.simplefilter("error")  # warned once per path: the second epoch is silent
         assert len(list(loader)) == 1
     assert loader.stats.skipped == 2 and loader.stats.skipped_paths == [str(tmp_path / kind)]  # each path once
+    assert str(loader.stats).endswith("2 samples skipped (1 bad file)")  # was "2 files skipped": one file, twice
 
 
 def test_the_datasets_on_error_is_seen_through_subset_random_split_and_concat(tmp_path, photos):

@@ -45,7 +45,8 @@ class LoaderStats:
 
     def __str__(self) -> str:
         return (f"{self.batches} batches, {self.images} images, {self.images_per_s:.1f} img/s, "
-                f"data wait {self.wait_per_batch_ms:.2f} ms/batch, {self.skipped} files skipped")
+                f"data wait {self.wait_per_batch_ms:.2f} ms/batch, {_count(self.skipped, 'sample')} skipped"
+                + (f" ({_count(len(self.skipped_paths), 'bad file')})" if self.skipped else ""))
 
 
 class DeviceLoader:
@@ -261,6 +262,10 @@ class DeviceLoader:
             return decode_jpeg(data, self.device)
         except RuntimeError:
             return None
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _two_images(batch) -> bool:
