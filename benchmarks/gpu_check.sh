@@ -33,6 +33,7 @@ fi
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   $PY -c "import torch, torchvision; print('torch', torch.__version__, 'torchvision', torchvision.__version__)"
   $PY -c "import kornia; print('kornia', kornia.__version__)" 2>/dev/null || echo "kornia: missing (kornia rows skipped)"
+  $PY -m gpuaug --version 2>&1 | tail -n 1
 } | tee "$OUT/device.txt"
 
 # Each step's header says how long the script has run (the issue asks the tests and the benchmark,
