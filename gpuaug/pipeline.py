@@ -41,6 +41,19 @@ def _seed_from_state(state: Tensor) -> int:
     return int.from_bytes(hashlib.blake2b(state.numpy().tobytes(), digest_size=8).digest(), "little") & (2**63 - 1)
 
 
+def _drawn_seed() -> int:
+    """``seed=None``'s seed: drawn from torch's global RNG and, in a distributed job, folded with
+    this process's rank (torch.distributed's, else ``RANK`` as torchrun sets it): ranks that all
+    call ``torch.manual_seed(s)``, as is common, would otherwise draw the same parameters each."""
+    seed = int(torch.randint(0, 2**62, (1,), device="cpu").item())
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        rank = dist.get_rank()
+    else:
+        rank = int(os.environ["RANK"]) if os.environ.get("RANK", "").strip().isdigit() else 0
+    return seed if rank == 0 else hash((seed, rank)) & (2**62 - 1)
+
+
 def _owner() -> tuple:
     """Who a generator is seeded for: (this process, its DataLoader worker's seed or None)."""
     worker = torch.utils.data.get_worker_info()
@@ -69,7 +82,9 @@ class Pipeline(nn.Module):
             ``grid_sample``, which crashes torch 2.14 on one CPU thread), then cast back.
             ``pipeline.to(dtype)``, ``.half()``, ``.bfloat16()``, ``.float()`` set it too.
         seed: seed of the pipeline's own generator; ``None`` draws one from torch's global RNG
-            (so ``torch.manual_seed`` makes it repeatable too).
+            (so ``torch.manual_seed`` makes it repeatable too), folded with the process's rank in
+            a distributed job (each rank draws its own parameters). An explicit seed is used as
+            given, on every rank.
         channels_last: return channels-last memory format.
         cuda_graph: on CUDA, record the call for a batch tensor as a CUDA graph (one per input
             shape, from its second call on) and replay it, instead of launching its ~75 small
@@ -136,7 +151,7 @@ class Pipeline(nn.Module):
                 raise TypeError(f"{name} must be True or False, got {flag!r}")
         self.channels_last = channels_last
         self._graphs = GraphedCalls() if cuda_graph else None
-        self.seed = int(torch.randint(0, 2**62, (1,), device="cpu").item()) if seed is None else checked_seed(seed)
+        self.seed = _drawn_seed() if seed is None else checked_seed(seed)
         self._generator: torch.Generator | None = None
         self._owner: tuple | None = None  # (process, worker seed) the generator was seeded for
         self.register_buffer("_anchor", torch.empty(0, device=select_device(device)), persistent=False)

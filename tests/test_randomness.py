@@ -304,6 +304,31 @@ def test_pickled_and_copied_pipelines_go_on_with_the_stream():
             assert not torch.equal(other(x), expected)  # and on from there
 
 
+def test_seed_none_draws_its_own_seed_on_each_rank(small_photos, monkeypatch):
+    """torchrun ranks that all call ``torch.manual_seed(0)`` (as is common) drew one seed, so every
+    rank drew the same parameters for its own images; ``seed=None`` now folds in the rank
+    (torch.distributed's, else ``RANK``). Rank 0 draws what a single process does; an explicit
+    seed is used as given."""
+    def made(rank, seed=None):
+        if rank is None:
+            monkeypatch.delenv("RANK", raising=False)
+        else:
+            monkeypatch.setenv("RANK", str(rank))
+        torch.manual_seed(0)
+        return ga.Pipeline(ga.RandomRotation(180), device="cpu", seed=seed)
+
+    single, ranks = made(None), [made(r) for r in range(4)]
+    assert ranks[0].seed == single.seed and len({p.seed for p in ranks}) == 4
+    assert made(2).seed == ranks[2].seed  # repeatable, rank by rank
+    angles = [p(small_photos, return_params=True)[1][0]["angle"] for p in ranks[:2]]
+    assert not torch.equal(*angles)
+    assert made(3, seed=5).seed == 5
+    monkeypatch.setattr(torch.distributed, "is_available", lambda: True)
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: 3)
+    assert made(0).seed == ranks[3].seed  # torch.distributed's rank first
+
+
 def test_a_copy_in_another_process_makes_no_generator_of_the_originals_device(monkeypatch):
     """A CUDA pipeline saved whole (``torch.save(model)``) and loaded on a machine without CUDA
     (``map_location="cpu"``): unpickling made a CUDA generator for the carried stream and failed
