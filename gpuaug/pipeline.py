@@ -43,14 +43,16 @@ def _seed_from_state(state: Tensor) -> int:
 
 def _drawn_seed() -> int:
     """``seed=None``'s seed: drawn from torch's global RNG and, in a distributed job, folded with
-    this process's rank (torch.distributed's, else ``RANK`` as torchrun sets it): ranks that all
-    call ``torch.manual_seed(s)``, as is common, would otherwise draw the same parameters each."""
+    this process's rank (torch.distributed's, else ``RANK`` as torchrun sets it, else SLURM's
+    ``SLURM_PROCID``): ranks that all call ``torch.manual_seed(s)``, as is common, would otherwise
+    draw the same parameters each."""
     seed = int(torch.randint(0, 2**62, (1,), device="cpu").item())
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
         rank = dist.get_rank()
     else:
-        rank = int(os.environ["RANK"]) if os.environ.get("RANK", "").strip().isdigit() else 0
+        given = [os.environ.get(name, "").strip() for name in ("RANK", "SLURM_PROCID")]
+        rank = next((int(v) for v in given if v.isdigit()), 0)
     return seed if rank == 0 else hash((seed, rank)) & (2**62 - 1)
 
 

@@ -317,12 +317,16 @@ def test_seed_none_draws_its_own_seed_on_each_rank(small_photos, monkeypatch):
         torch.manual_seed(0)
         return ga.Pipeline(ga.RandomRotation(180), device="cpu", seed=seed)
 
+    monkeypatch.delenv("SLURM_PROCID", raising=False)
     single, ranks = made(None), [made(r) for r in range(4)]
     assert ranks[0].seed == single.seed and len({p.seed for p in ranks}) == 4
     assert made(2).seed == ranks[2].seed  # repeatable, rank by rank
     angles = [p(small_photos, return_params=True)[1][0]["angle"] for p in ranks[:2]]
     assert not torch.equal(*angles)
     assert made(3, seed=5).seed == 5
+    monkeypatch.setenv("SLURM_PROCID", "2")  # srun without torchrun: SLURM's rank
+    assert made(None).seed == ranks[2].seed and made(1).seed == ranks[1].seed  # RANK first
+    monkeypatch.delenv("SLURM_PROCID")
     monkeypatch.setattr(torch.distributed, "is_available", lambda: True)
     monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: 3)
