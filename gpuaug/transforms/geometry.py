@@ -279,13 +279,13 @@ class Resize(GeometricOp):
                 raise ValueError("max_size must be an integer when size is None, but got None instead.")
             self.size: int | tuple[int, int] | None = None
         else:
+            wrapped = False
             if is_sequence(size) and len(size) == 1:
-                if is_sequence(size[0]):  # [[h, w]]: no form of size (torchvision fails when resizing)
-                    raise ValueError(f"size can be an integer, a sequence of one or two integers, or None, but got "
-                                     f"{size!r} instead.")
-                size = size[0]  # [s] means the shorter side, as an int does (torchvision's TorchScript form)
-            if isinstance(size, numbers.Number) and not isinstance(size, numbers.Integral):
-                # torchvision's error: a float is not a shorter side (setup_size would make it (s, s))
+                size, wrapped = size[0], True  # [s] means the shorter side, as an int does (torchvision's TorchScript form)
+            if (wrapped and is_sequence(size)) or (isinstance(size, numbers.Number)
+                                                   and not isinstance(size, numbers.Integral)):
+                # torchvision's error: a float is not a shorter side (setup_size would make it (s, s)),
+                # nor is [[h, w]] a size (torchvision takes it, then fails when resizing)
                 raise ValueError(f"size can be an integer, a sequence of one or two integers, or None, but got "
                                  f"{size} instead.")
             if isinstance(size, numbers.Integral) and not isinstance(size, bool):
