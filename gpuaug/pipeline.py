@@ -36,9 +36,11 @@ if TYPE_CHECKING:
         def __iter__(self) -> Iterator[Op]: ...
 
 
-def _seed_from_state(state: Tensor) -> int:
-    """A 63-bit seed from a generator's state (a uint8 tensor on the host), the same in every process."""
-    return int.from_bytes(hashlib.blake2b(state.numpy().tobytes(), digest_size=8).digest(), "little") & (2**63 - 1)
+def _seed_from_state(state: Tensor, device: torch.device) -> int:
+    """A 63-bit seed for a generator on ``device`` from another generator's state (a uint8 tensor on
+    the host), the same in every process; generators on different devices get different seeds."""
+    digest = hashlib.blake2b(state.numpy().tobytes() + str(device).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & (2**63 - 1)
 
 
 def _drawn_seed() -> int:
@@ -328,13 +330,25 @@ class Pipeline(nn.Module):
         worker_seed = owner[1]
         if self._generator is None or self._generator.device != self.device or self._owner != owner:
             if self._generator is not None and self._owner == owner:
-                seed = _seed_from_state(self._generator.get_state())
+                copied = vars(self).get("_stream_at_copy")  # an nn.DataParallel copy's (below)
+                seed = _seed_from_state(self._generator.get_state() if copied is None else copied, self.device)
             else:
                 seed = self.seed if worker_seed is None else hash((self.seed, worker_seed)) & (2**63 - 1)
             self._generator = torch.Generator(device=self.device)
             self._generator.manual_seed(seed)
             self._owner = owner
         return self._generator
+
+    def _replicate_for_data_parallel(self) -> Pipeline:
+        # nn.DataParallel copies its module for each of its devices at each call (buffers, and so
+        # `device`, placed after). The copy on the pipeline's device draws from its generator; a
+        # copy on another device seeds one there (_get_generator) from the stream's state as read
+        # here, before any copy draws, and its own device: copies on different devices draw apart,
+        # and their seeds do not depend on which thread draws first.
+        stream = self._get_generator().get_state()
+        replica = super()._replicate_for_data_parallel()
+        replica._stream_at_copy = stream
+        return replica
 
     def compute_dtype(self) -> torch.dtype:
         """The dtype the kernels run in: ``dtype``, else float16 on CUDA and float32 elsewhere."""

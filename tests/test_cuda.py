@@ -101,6 +101,25 @@ def test_a_pipeline_moved_to_cuda_after_drawing_does_not_restart_its_stream(phot
     assert after[0]["angle"].is_cuda and not torch.equal(after[0]["angle"], fresh[0]["angle"])
 
 
+@pytest.mark.skipif(torch.cuda.device_count() < 3, reason="needs three CUDA devices")
+def test_data_parallel_copies_draw_their_own_params(photos):
+    """nn.DataParallel with the pipeline inside: each device's copy draws its own parameters, the
+    same ones from one seed whatever the threads' order (tests/test_randomness.py stands this in
+    on the CPU)."""
+    n = torch.cuda.device_count()
+    batch = torch.stack([photos[0][:, :200, :240]] * (2 * n)).cuda()
+
+    def run():
+        model = torch.nn.DataParallel(ga.Pipeline(ga.RandomRotation(180), device="cuda:0", seed=5, dtype=torch.float32))
+        return [model(batch) for _ in range(2)]
+
+    first, again = run(), run()
+    for out in first:
+        copies = out.chunk(n)
+        assert all(not torch.equal(copies[i], copies[j]) for i in range(n) for j in range(i))
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(first, again))
+
+
 @pytest.mark.parametrize("cuda_graph", [False, True])
 def test_rng_state_on_cuda_resumes_the_draws_and_refuses_a_cpu_state(photos, cuda_graph):
     """A CUDA generator's state (seed and offset, 16 bytes) round-trips, recorded graphs too (a

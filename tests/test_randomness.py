@@ -99,6 +99,36 @@ def test_a_moved_pipeline_goes_on_with_its_stream(small_photos):
     assert all(torch.equal(a, b) for a, b in zip(angles_around_a_move(4), (before, after, restarted)))
 
 
+def test_data_parallel_copies_on_other_devices_draw_apart(small_photos, monkeypatch):
+    """nn.DataParallel copies its module for each device at each call
+    (``_replicate_for_data_parallel``, buffers placed after). A copy on cuda:k >= 1 reseeded from
+    the cuda:0 generator's state as it found it: copies 1..N-1 got one seed, so drew the same
+    parameters for their images, and which seed hung on whether copy 0 had drawn yet. Stood in
+    for on the CPU: the copies' devices are named cuda:k, their generators are CPU ones."""
+    real_generator = torch.Generator
+    monkeypatch.setattr(torch, "Generator", lambda *args, **kwargs: real_generator())
+
+    def copies_of(pipe, first_draws):
+        copies = [pipe._replicate_for_data_parallel() for _ in range(4)]
+        devices = [torch.device("cpu")] + [torch.device("cuda", k) for k in (1, 2, 3)]
+        where = {id(copy): device for copy, device in zip(copies, devices)}
+        monkeypatch.setattr(ga.Pipeline, "device", property(lambda self: where.get(id(self), torch.device("cpu"))))
+        if first_draws:
+            copies[0](small_photos)  # the copy on the pipeline's device draws before the others seed
+        return copies, [copy._get_generator().initial_seed() for copy in copies[1:]]
+
+    seeds = []
+    for first_draws in (True, False):
+        pipe = ga.Pipeline(ga.RandomRotation(180), device="cpu", seed=3)
+        pipe(small_photos)
+        copies, drawn = copies_of(pipe, first_draws)
+        assert copies[0]._get_generator() is pipe._generator  # copy 0 goes on with the stream
+        seeds.append(drawn)
+        monkeypatch.setattr(ga.Pipeline, "device", property(lambda self: self._anchor.device))
+    assert len(set(seeds[0])) == 3 and 3 not in seeds[0]
+    assert seeds[0] == seeds[1]  # whichever copy draws first
+
+
 def test_rng_state_resumes_the_draws_where_they_were(small_photos):
     """A checkpoint holds the pipeline's stream (torch's RNG state does not: the pipeline draws
     from its own generator): set_rng_state on another pipeline, or on the same one later, makes the
