@@ -4,6 +4,7 @@ against torchvision are checked in test_reference.py (the ``cpu fused`` runs).""
 
 import pytest
 import torch
+import torchvision.transforms.v2.functional as TF
 
 import gpuaug as ga
 from gpuaug import native
@@ -30,6 +31,22 @@ def test_program_steps_match_the_torch_kernels():
     ref = gaF.adjust_brightness(gaF.adjust_saturation(gaF.adjust_contrast(gaF.adjust_hue(
         gaF.adjust_contrast(x, 1.7), 0.3), 0.4), 1.5), 1.2)
     assert (out[[3, 1, 0, 2]] - ref).abs().max() < 1e-5
+
+
+@needs_kernel
+@pytest.mark.parametrize("channels", [3, 1])
+@pytest.mark.parametrize("hw", [(16, 16), (7, 9), (23, 37)])
+def test_contrast_means_count_every_pixel(channels, hw):
+    """The kernel sums an image's gray 16 pixels at a time in tiles of 512: the pixels past the
+    last multiple of 16 are summed apart (63 pixels: 15 of them; 851: 3, in a second tile), and
+    a 16x16 image has none. Against torchvision's kernel, to float rounding (the pipeline's tests
+    allow 2/255, which a mean off in a few pixels stays within)."""
+    x = torch.rand(3, channels, *hw, generator=torch.Generator().manual_seed(2))
+    factors = torch.tensor([[0.2], [1.6], [0.7]])
+    out = torch.empty_like(x)
+    native.color_program(x, out, torch.arange(3), torch.full((3, 1), native.OP_CONTRAST, dtype=torch.int32), factors)
+    ref = torch.stack([TF.adjust_contrast(image, float(f)) for image, f in zip(x, factors)])
+    assert (out - ref).abs().max() < 1e-5
 
 
 @needs_kernel
