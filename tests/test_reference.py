@@ -779,6 +779,9 @@ def test_functional_color_kernels_per_sample_and_scalar(small_photos, name):
 def test_rgb_to_grayscale_kernel(small_photos):
     x = torch.stack(small_photos)
     assert (gaF.rgb_to_grayscale(x) - TF.rgb_to_grayscale(x)).abs().max() <= 1e-6
+    gray = TF.rgb_to_grayscale(x)  # one channel: the image, as new memory (the kernels' contract)
+    out = gaF.rgb_to_grayscale(gray)
+    assert torch.equal(out, TF.rgb_to_grayscale(gray)) and out.data_ptr() != gray.data_ptr()
 
 
 def test_adjust_hue_kernel_on_ties_and_grays():

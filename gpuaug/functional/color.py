@@ -29,9 +29,9 @@ def scaled_identity(weight: Tensor, channels: int) -> Tensor:
 
 
 def rgb_to_grayscale(x: Tensor) -> Tensor:
-    """Luma of ``(B, 3, H, W)`` RGB images -> ``(B, 1, H, W)``; a 1-channel input is returned as is."""
+    """Luma of ``(B, 3, H, W)`` RGB images -> ``(B, 1, H, W)``; a 1-channel input is copied as is."""
     if x.shape[1] == 1:
-        return x
+        return x.clone()
     r, g, b = x.unbind(1)
     # torchvision's exact expression; Python scalars, so no constant tensor to copy to the device.
     return r.mul(LUMA[0]).add_(g, alpha=LUMA[1]).add_(b, alpha=LUMA[2]).unsqueeze(1)
