@@ -208,6 +208,8 @@ BAD_ARGS = [
     ("RandomRotation", ("abc",), {}),
     ("ColorJitter", (), {"hue": 0.7}),
     ("ColorJitter", (), {"hue": (-0.6, 0.1)}),
+    ("ColorJitter", (), {"hue": (-0.1, 0.6)}),
+    ("ColorJitter", (), {"hue": (0.2, 0.1)}),
     ("ColorJitter", (), {"brightness": -1}),
     ("ColorJitter", (), {"contrast": (2.0, 1.0)}),
     ("ColorJitter", (), {"saturation": (-0.5, 1.0)}),
