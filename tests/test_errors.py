@@ -171,7 +171,7 @@ def test_replayed_params_no_op_could_draw_for_these_images_are_refused():
     _, params = jitter(small, return_params=True)
     fine = {"brightness": 3.0, "hue": -0.5}  # past the op's ranges, inside the kernels' (torchvision's)
     for key, value, message in [("brightness", -0.1, ">= 0"), ("saturation", float("nan"), ">= 0"),
-                                ("hue", 0.6, "hue in"), ("order", 0, "permutation")] + \
+                                ("hue", 0.51, "hue in"), ("order", 0, "permutation")] + \
             [(k, v, None) for k, v in fine.items()]:
         edited = [dict(p) for p in params]
         edited[1][key] = params[1][key].clone()
