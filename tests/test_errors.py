@@ -244,6 +244,7 @@ def test_bad_op_arguments_raise_what_torchvision_raises(name, args, kwargs):
         (lambda: ga.RandomResizedCrop(224, scale=(0.9, 0.1)), ValueError),
         (lambda: ga.RandomResizedCrop(0), ValueError),
         (lambda: ga.Resize(-3), ValueError),
+        (lambda: ga.Resize(0), ValueError),  # torchvision takes it, then fails when resizing
         (lambda: ga.Resize([256.0]), ValueError),  # torchvision takes it, then fails when resizing
         (lambda: ga.Resize([[128, 96]]), ValueError),  # was taken as (128, 96); torchvision fails when resizing
         (lambda: ga.Resize([(256,)]), ValueError),

@@ -590,6 +590,32 @@ def test_random_crop_corner_is_uniform_over_torchvisions_range(kwargs, shape):
 # ---- flips and rotation ---------------------------------------------------------------------
 
 
+# Where a default differs from torchvision's on purpose (README: "Ops"); any other must be its.
+DEFAULTS_OF_OUR_OWN = {("RandomRotation", "interpolation"): "bilinear (torchvision: nearest)",
+                       **{("ColorJitter", k): "0 (torchvision: None, the same: no change)"
+                          for k in ("brightness", "contrast", "saturation", "hue")}}
+
+
+@pytest.mark.parametrize("name", ["RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop", "RandomRotation",
+                                  "RandomHorizontalFlip", "RandomVerticalFlip", "RandomGrayscale", "ColorJitter",
+                                  "Normalize"])
+def test_defaults_are_torchvisions(name):
+    import inspect
+
+    ours, theirs = (inspect.signature(getattr(module, name)).parameters for module in (ga, v2))
+    for arg, their in theirs.items():
+        assert arg in ours, f"{name} lacks torchvision's {arg}"
+        if (name, arg) not in DEFAULTS_OF_OUR_OWN:
+            assert ours[arg].default == their.default, (name, arg, ours[arg].default, their.default)
+    # and applied: a flip left at its default flips about half a batch, as torchvision's p=0.5
+    if name in ("RandomHorizontalFlip", "RandomVerticalFlip", "RandomGrayscale"):
+        _, params = ga.Pipeline(getattr(ga, name)(), device="cpu", seed=0)(torch.rand(4000, 1, 2, 2), return_params=True)
+        drawn = next(iter(params[0].values())).float().mean().item()
+        assert abs(drawn - getattr(v2, name)().p) < 0.03
+
+
+
+
 def test_flips_with_p1(photos):
     img = photos[1]
     h = ga.Pipeline(ga.RandomHorizontalFlip(1.0), device="cpu")(img[None])[0]
