@@ -720,12 +720,13 @@ def test_rotation_nearest_matches_torchvision_per_sample(small_photos, kernel_pa
             assert (out[i] - ref).abs().amax(0)[~ties].max() < 1e-6, (i, angle)
 
 
-def test_rotation_fill_per_channel(small_photos, kernel_path):
+@pytest.mark.parametrize("fill", [(0.2, 0.5, 0.9), (0.0, 1.0, 1.0)])  # (and the range's ends)
+def test_rotation_fill_per_channel(small_photos, kernel_path, fill):
     x = small_photos[0]
-    out = ga.Pipeline(ga.RandomRotation((40, 40), fill=(0.2, 0.5, 0.9)), device="cpu")(x[None])[0]
-    ref = TF.rotate(x, 40, interpolation=InterpolationMode.BILINEAR, fill=[0.2, 0.5, 0.9])
+    out = ga.Pipeline(ga.RandomRotation((40, 40), fill=fill), device="cpu")(x[None])[0]
+    ref = TF.rotate(x, 40, interpolation=InterpolationMode.BILINEAR, fill=list(fill))
     assert (out - ref).abs().max() < 1e-3
-    assert out[:, 0, 0].tolist() == pytest.approx([0.2, 0.5, 0.9], abs=1e-4)
+    assert out[:, 0, 0].tolist() == pytest.approx(fill, abs=1e-4)
 
 
 def test_rotation_per_sample_after_crop_and_flips(photos, kernel_path):
