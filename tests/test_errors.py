@@ -242,6 +242,8 @@ def test_bad_op_arguments_raise_what_torchvision_raises(name, args, kwargs):
     "make,error",
     [
         (lambda: ga.RandomResizedCrop(224, scale=(0.9, 0.1)), ValueError),
+        (lambda: ga.RandomResizedCrop(224, scale=(-0.1, 1.0)), ValueError),  # torchvision: "math domain error" in some draws
+        (lambda: ga.RandomResizedCrop(224, ratio=(0.0, 1.0)), ValueError),  # torchvision: log(0) at its draw
         (lambda: ga.RandomResizedCrop(0), ValueError),
         (lambda: ga.Resize(-3), ValueError),
         (lambda: ga.Resize(0), ValueError),  # torchvision takes it, then fails when resizing

@@ -161,8 +161,8 @@ class RandomResizedCrop(GeometricOp):
         if not is_sequence(ratio) or len(ratio) != 2:
             raise TypeError(f"Ratio should be a sequence of two numbers (min, max), got {ratio!r}")
         scale, ratio = check_range(scale, "scale"), check_range(ratio, "ratio")
-        if scale[0] <= 0 or ratio[0] <= 0:
-            raise ValueError(f"scale and ratio must be positive, got scale={scale}, ratio={ratio}")
+        if scale[0] < 0 or ratio[0] <= 0:  # (a scale from 0 is torchvision's too: its tries of area 0 fail)
+            raise ValueError(f"scale must not be negative and ratio must be positive, got scale={scale}, ratio={ratio}")
         if scale[0] > 1:  # torchvision takes it silently: every try fails, every crop is the fallback
             warnings.warn(f"RandomResizedCrop(scale={scale}): scale is the crop's fraction of the image's area, and "
                           f"no crop fits a minimum above 1: every sample gets the fallback, the same center crop "
