@@ -746,6 +746,25 @@ def test_rotation_per_sample_after_crop_and_flips(photos, kernel_path):
         assert (out[i] - ref).abs().amax(0)[disc].max() < 1e-4
 
 
+def test_flips_after_a_rotation_per_sample(photos, kernel_path):
+    """Flips after RandomRotation ride on its matrix (no pass of their own): each sample equals
+    torchvision's rotate, then its flips, with that sample's draws. (The composition sweeps put only
+    horizontal flips after a rotation.)"""
+    ops = [ga.RandomResizedCrop((120, 96)), ga.RandomRotation(30), ga.RandomVerticalFlip(), ga.RandomHorizontalFlip(0.7)]
+    out, (crop, rot, vflip, hflip) = run(ops, photos * 3, seed=4)
+    assert 0 < int(vflip["flip"].sum()) < len(out) and 0 < int(hflip["flip"].sum()) < len(out)
+    disc = central_disc(120, 96)
+    for i, img in enumerate(photos * 3):
+        ref = resized_crop_reference(img, *(int(crop[k][i]) for k in ("top", "left", "height", "width")), [120, 96],
+                                     kernel_path)
+        ref = TF.rotate(ref, float(rot["angle"][i]), interpolation=InterpolationMode.BILINEAR, fill=0)
+        if vflip["flip"][i]:
+            ref = TF.vertical_flip(ref)
+        if hflip["flip"][i]:
+            ref = TF.horizontal_flip(ref)
+        assert (out[i] - ref).abs().amax(0)[disc].max() < 1e-4, i
+
+
 @pytest.mark.parametrize("crops", [[(90, 120)], [(130, 170)], [(101, 133), (60, 61)]],
                          ids=["inside", "padded", "two crops, odd"])
 def test_center_crop_after_rotation_cuts_the_rotated_image(photos, kernel_path, crops):
