@@ -50,8 +50,8 @@ def composition_ops(rng: random.Random) -> list:
     if rng.random() < 0.4:
         ops.append(ga.RandomRotation(rng.uniform(0, 90), rng.choice(["bilinear", "bilinear", "nearest"]),
                                      fill=rng.choice([0, 0.5])))
-        if rng.random() < 0.4:
-            ops.append(ga.RandomHorizontalFlip())
+        if rng.random() < 0.4:  # (either flip: until 2026-12-06 only horizontal ones came after a rotation)
+            ops.append(rng.choice([ga.RandomHorizontalFlip, ga.RandomVerticalFlip])())
         if rng.random() < 0.4:
             ops.append(ga.CenterCrop((rng.randint(8, 100), rng.randint(8, 100))))
     if rng.random() < 0.5:
@@ -89,7 +89,7 @@ def more_composition_ops(rng: random.Random) -> list:
         ops.append(ga.RandomRotation((rng.uniform(-180, 0), rng.uniform(0, 180)), rng.choice(["bilinear", "nearest"]),
                                      center=center, fill=rng.choice([0, 0.25, (0.1, 0.6, 0.9), None])))
         if rng.random() < 0.4:
-            ops.append(ga.RandomHorizontalFlip(p=rng.choice([0.5, 1.0])))
+            ops.append(rng.choice([ga.RandomHorizontalFlip, ga.RandomVerticalFlip])(p=rng.choice([0.5, 1.0])))
         if rng.random() < 0.3:
             ops.append(ga.CenterCrop((rng.randint(4, 70), rng.randint(4, 70))))
     for _ in range(rng.randint(0, 3)):
@@ -129,7 +129,7 @@ def corner_ops(rng: random.Random) -> list:
         ops.append(ga.RandomRotation(rng.uniform(0, 180), rng.choice(["bilinear", "bilinear", "nearest"]), center=center,
                                      fill=rng.choice([0, 0.5, None])))
         if rng.random() < 0.3:
-            ops.append(ga.RandomHorizontalFlip())
+            ops.append(rng.choice([ga.RandomHorizontalFlip, ga.RandomVerticalFlip])())
         if rng.random() < 0.3:
             ops.append(ga.CenterCrop((rng.randint(1, 30), rng.randint(1, 30))))
     if rng.random() < 0.6:
