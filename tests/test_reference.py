@@ -59,6 +59,13 @@ def resized_crop_reference(img, top, left, height, width, size, path):
     return to_float(TF.resized_crop(img, top, left, height, width, size, antialias=True))
 
 
+def rotated_crop_reference(img, crop, rot, i, size, path):
+    """torchvision's resized crop of sample ``i``'s box (:func:`resized_crop_reference`), then its
+    rotation (bilinear, fill 0)."""
+    ref = resized_crop_reference(img, *(int(crop[k][i]) for k in ("top", "left", "height", "width")), list(size), path)
+    return TF.rotate(ref, float(rot["angle"][i]), interpolation=InterpolationMode.BILINEAR, fill=0)
+
+
 # ---- resize / crop ----------------------------------------------------------------------------
 
 
@@ -748,16 +755,14 @@ def test_rotation_per_sample_after_crop_and_flips(photos, kernel_path):
 
 def test_flips_after_a_rotation_per_sample(photos, kernel_path):
     """Flips after RandomRotation ride on its matrix (no pass of their own): each sample equals
-    torchvision's rotate, then its flips, with that sample's draws. (The composition sweeps put only
-    horizontal flips after a rotation.)"""
+    torchvision's rotate, then its flips, with that sample's draws. (Until 2026-12-06 the composition
+    sweeps put only horizontal flips after a rotation.)"""
     ops = [ga.RandomResizedCrop((120, 96)), ga.RandomRotation(30), ga.RandomVerticalFlip(), ga.RandomHorizontalFlip(0.7)]
     out, (crop, rot, vflip, hflip) = run(ops, photos * 3, seed=4)
     assert 0 < int(vflip["flip"].sum()) < len(out) and 0 < int(hflip["flip"].sum()) < len(out)
     disc = central_disc(120, 96)
     for i, img in enumerate(photos * 3):
-        ref = resized_crop_reference(img, *(int(crop[k][i]) for k in ("top", "left", "height", "width")), [120, 96],
-                                     kernel_path)
-        ref = TF.rotate(ref, float(rot["angle"][i]), interpolation=InterpolationMode.BILINEAR, fill=0)
+        ref = rotated_crop_reference(img, crop, rot, i, (120, 96), kernel_path)
         if vflip["flip"][i]:
             ref = TF.vertical_flip(ref)
         if hflip["flip"][i]:
@@ -774,9 +779,7 @@ def test_center_crop_after_rotation_cuts_the_rotated_image(photos, kernel_path, 
     out, (crop, rot, flip, *_) = run(ops, photos * 2, seed=4)
     assert out.shape[-2:] == crops[-1]
     for i, img in enumerate(photos * 2):
-        ref = resized_crop_reference(img, *(int(crop[k][i]) for k in ("top", "left", "height", "width")), [120, 160],
-                                     kernel_path)
-        ref = TF.rotate(ref, float(rot["angle"][i]), interpolation=InterpolationMode.BILINEAR, fill=0)
+        ref = rotated_crop_reference(img, crop, rot, i, (120, 160), kernel_path)
         if flip["flip"][i]:
             ref = TF.horizontal_flip(ref)
         for c in crops:
