@@ -622,8 +622,6 @@ def test_defaults_are_torchvisions(name):
         assert abs(drawn - getattr(v2, name)().p) < 0.03
 
 
-
-
 def test_flips_with_p1(photos):
     img = photos[1]
     h = ga.Pipeline(ga.RandomHorizontalFlip(1.0), device="cpu")(img[None])[0]
