@@ -506,6 +506,30 @@ def test_the_size_check_reads_the_frame_header_libjpeg_decodes(photos):
     assert decoded > 1500
 
 
+def test_a_jpeg_cut_anywhere_before_its_frame_header_has_no_size_and_fails_as_damaged(photos):
+    """Every start of a JPEG, up to a few bytes past its frame header: the header walk finds no
+    frame (or the whole one), never reads past the bytes it has (a cut right after a marker left
+    its length unread), and decoding names the file, whatever the codec says."""
+    from gpuaug.data.decode import DecodeError, decode_rgb, jpeg_frame
+
+    for data in (_encoded(photos[2][:, :40, :56], "JPEG", quality=90),
+                 _encoded(photos[0][:, :24, :40], "JPEG", quality=90, progressive=True, icc_profile=bytes(300))):
+        whole = jpeg_frame(data)
+        assert whole is not None and whole[1:] in ((40, 56), (24, 40))
+        sof = re.search(rb"\xff[\xc0\xc2]", data).start()
+        for n in range(2, sof + 12):
+            assert jpeg_frame(data[:n]) in (None, whole), n
+            with pytest.raises(DecodeError, match=f"cut.jpg: (cannot decode|absurd)"):
+                decode_rgb("cut.jpg", torch.frombuffer(bytearray(data[:n]), dtype=torch.uint8))
+
+
+def test_image_files_without_labels_label_each_image_minus_one(folder):
+    paths = sorted(folder.glob("*/*"))[:3]
+    batch = next(iter(DataLoader(ImageFiles(paths), batch_size=3, collate_fn=collate)))
+    assert torch.equal(batch.labels, torch.tensor([-1, -1, -1]))
+    assert [label for _, label in ImageFiles(paths)] == [-1, -1, -1]
+
+
 def test_the_size_check_reads_the_size_libwebp_decodes(photos):
     """Damaged WEBP headers (bytes changed, dropped or inserted, the first chunk's tag replaced):
     wherever libwebp (torchvision's decode_webp) decodes the file, the size checked is the size it
@@ -833,6 +857,9 @@ def test_a_gpuaug_dataset_batched_by_default_collate_is_refused_at_once(tmp_path
 
     (images, _), = list(ga.DeviceLoader(DataLoader(Cropped(ds), batch_size=1), device="cpu"))
     assert images.shape == (1, 3, 16, 16)
+    looped = Cropped(ds)
+    looped.dataset = looped  # a wrapper that leads back to itself: the search through wrappers ends
+    assert ga.DeviceLoader(DataLoader(looped, batch_size=1), device="cpu").on_error == "raise"
     with pytest.warns(RuntimeWarning, match="text.jpg"):
         (images, _), = list(ga.DeviceLoader(DataLoader(ds, batch_size=2, collate_fn=collate), device="cpu"))
     assert len(images) == 1
@@ -1299,7 +1326,8 @@ def test_bad_arguments():
                          ((torch.zeros(1, 3, 4, 4),), "a tuple of 1 items"),
                          (torch.zeros(2, 3, 4, 4), r"a tensor of shape \(2, 3, 4, 4\)"),
                          # a list collate of 2 images, no labels: was taken as (images, labels)
-                         ([torch.zeros(3, 4, 4), torch.zeros(3, 5, 4)], r"a list of 2 images \(C, H, W\) and no labels")):
+                         ([torch.zeros(3, 4, 4), torch.zeros(3, 5, 4)], r"a list of 2 images \(C, H, W\) and no labels"),
+                         ((torch.zeros(1, 4, 4), torch.zeros(1, 5, 4)), r"a tuple of 2 images \(C, H, W\) and no labels")):
         with pytest.raises(TypeError, match=f"expects batches of \\(images, labels\\).*{words}"):
             next(iter(ga.DeviceLoader([batch], device="cpu")))
 
@@ -1348,5 +1376,6 @@ def test_device_loader_reads_the_wrapped_loaders_attributes(folder):
         loader.sampler.set_epoch(epoch)
         firsts.append(list(sampler))
     assert firsts[0] != firsts[1]  # the epoch reached the sampler
-    with pytest.raises(AttributeError, match="no attribute 'no_such_thing'"):
+    with pytest.raises(AttributeError, match="DeviceLoader .nor the DataLoader it wraps. has no attribute 'no_such_thing'"):
         loader.no_such_thing
+    assert hasattr(loader.loader, "_index_sampler") and not hasattr(loader, "_index_sampler")  # private names stay its own
