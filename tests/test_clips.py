@@ -106,7 +106,8 @@ def test_packed_clips_round_trip_equal_frame_folders(frames_root, tmp_path):
         assert ya == yb and torch.equal(a, b)
 
 
-@pytest.mark.parametrize("damage", ["truncate", "garble_magic", "garble_index", "garble_count", "zero_count", "empty"])
+@pytest.mark.parametrize("damage", ["truncate", "garble_magic", "garble_index", "unordered_index", "garble_count",
+                                    "zero_count", "empty"])
 def test_corrupt_pack_files_name_their_path(frames_root, tmp_path, damage):
     main(["pack", str(frames_root), str(tmp_path / "packed"), "--no-progress"])
     target = sorted((tmp_path / "packed").rglob("*.pack"))[0]
@@ -117,6 +118,8 @@ def test_corrupt_pack_files_name_their_path(frames_root, tmp_path, damage):
         data[:8] = b"NOTAPACK"
     elif damage == "garble_index":
         data[16:24] = (10**9).to_bytes(8, "little")
+    elif damage == "unordered_index":  # two frames' offsets swapped: the index still ends at the file's end
+        data[24:32], data[32:40] = data[32:40], data[24:32]
     elif damage == "garble_count":  # 2**32 - 1 frames: a 32 GiB index must not be read (MemoryError)
         data[12:16] = (2**32 - 1).to_bytes(4, "little")
     elif damage == "zero_count":  # no frame to choose from
@@ -128,6 +131,8 @@ def test_corrupt_pack_files_name_their_path(frames_root, tmp_path, damage):
     index = [p for p, _ in ds.videos].index(str(target))
     item, _ = ds[index]
     assert isinstance(item, BadFile) and item.path == str(target)
+    if damage.endswith("index"):
+        assert item.cause.startswith("corrupt pack index"), item.cause
     loader = ga.DeviceLoader(DataLoader(ds, batch_size=3, collate_fn=collate), device="cpu", on_error="raise")
     with pytest.raises(ga.DecodeError, match=str(target.name)):
         list(loader)
@@ -428,6 +433,15 @@ def test_pack_names_packs_its_source_no_longer_has(frames_root, tmp_path, capsys
     assert "packed 0 videos" in out and "1 already up to date" in out and "skipped 1" in out
     assert f"its older pack {dst / 'class1' / 'video1.pack'} is still there" in err
     assert "1 pack(s) under" in err and str(dst / "class0" / "video2.pack") in err
+    for count, end in ((3, "v2.pack"), (5, "v2.pack and 2 more")):  # the first three named, the rest counted
+        many = tmp_path / f"many{count}"
+        (many / "c").mkdir(parents=True)
+        for k in range(count):
+            (many / "c" / f"v{k}.pack").write_bytes(b"")
+        with pytest.warns(RuntimeWarning, match=f"{count} pack.s. under") as caught:
+            ga.data.clips._warn_of_orphans(many, set())
+        message = str(caught[0].message)
+        assert message.endswith(end) and "v0.pack" in message and "v3.pack" not in message, message
 
 
 def test_read_pack_reads_only_the_wanted_frames_of_a_long_video(frames_root, tmp_path, monkeypatch):
