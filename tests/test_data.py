@@ -696,6 +696,31 @@ print("ok")
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
 
 
+def test_the_codecs_are_torchvisions_where_present_else_torchcodecs():
+    """The order the data path takes its decoders in (gpuaug.data.codecs): all give the same pixels,
+    so only this says that the fastest present is the one taken (PIL's were taken over torchvision's
+    and no pixel test could tell)."""
+    import subprocess
+    import sys
+
+    import torchvision.io
+
+    from gpuaug.data import codecs
+    if hasattr(torchvision.io, "decode_image") and hasattr(torchvision.io, "decode_jpeg"):  # 0.29 still has them
+        assert codecs.CODECS.name == "torchvision.io"
+    if codecs.torchcodec_codecs() is None:
+        pytest.skip("TorchCodec is not installed here (or does not load)")
+    script = """
+import torchvision.io as tio
+for name in ("decode_image", "decode_jpeg", "encode_jpeg"):
+    delattr(tio, name)  # as a torchvision without its codecs
+from gpuaug.data import codecs
+print(codecs.CODECS.name)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.split()[-1] == "torchcodec", done.stdout + done.stderr[-2000:]
+
+
 def test_exif_rotated_photo_arrives_upright(folder, photos):
     img, _ = ImageFiles([folder / "space" / "exif_rotated.jpg"])[0]
     stored_h, stored_w = photos[3].shape[-2:]
