@@ -208,12 +208,19 @@ def test_no_slots_means_a_fresh_buffer_per_batch(monkeypatch):
     assert all(_intact(b.images, b.labels) for b in loader) and not seen
 
 
-@pytest.mark.parametrize("value, expected", [("0", "0"), ("3", "3"), ("x", "ValueError: GPUAUG_WORKER_SLOTS must be")])
+@pytest.mark.parametrize("value, expected", [("0", "0"), ("3", "3"), (" 4\n", "4"), (None, "6"),  # unset: README's default
+                                             ("x", "ValueError: GPUAUG_WORKER_SLOTS must be"),
+                                             ("-1", "ValueError: GPUAUG_WORKER_SLOTS must be")])
 def test_the_number_of_slots_comes_from_the_environment(value, expected):
-    env = {**os.environ, "GPUAUG_WORKER_SLOTS": value}
+    env = {k: v for k, v in os.environ.items() if k != "GPUAUG_WORKER_SLOTS"}
+    if value is not None:
+        env["GPUAUG_WORKER_SLOTS"] = value
     run = subprocess.run([sys.executable, "-c", "import gpuaug; print(gpuaug.worker_memory.MAX_SLOTS)"],
                          env=env, capture_output=True, text=True, timeout=120)
-    assert expected in run.stdout + run.stderr
+    if expected.isdigit():
+        assert run.returncode == 0 and run.stdout.strip() == expected, run.stdout + run.stderr[-2000:]
+    else:
+        assert run.returncode != 0 and expected in run.stderr, run.stderr[-2000:]
 
 
 def test_the_file_system_sharing_strategy_too():
