@@ -29,7 +29,6 @@ import os
 import platform
 import statistics
 import time
-import warnings
 from collections.abc import Callable
 from datetime import date
 
@@ -42,6 +41,7 @@ from .packed import PackedImages
 from .pipeline import Pipeline
 from .samples import sample_images
 from .transforms import IMAGENET_MEAN, IMAGENET_STD, ColorJitter, Normalize, RandomHorizontalFlip, RandomResizedCrop, RandomRotation
+from .user_warnings import warn
 
 SIZE = 224
 TORCHVISION_PER_SAMPLE = "torchvision v2, per sample (1 worker core)"
@@ -189,8 +189,7 @@ def run(devices=None, batch_sizes=(64, 256), repeats: int = 5, progress: bool = 
                         raise
                     error = f"{type(e).__name__}: {e}".splitlines()[0][:160]
                     row.update(images_per_s=None, ms_per_batch=None, error=error)
-                    warnings.warn(f"gpuaug bench: {method} failed on {device} at batch {batch}: {row['error']}",
-                                  RuntimeWarning, stacklevel=2)
+                    warn(f"gpuaug bench: {method} failed on {device} at batch {batch}: {row['error']}")
                 rows.append(row)
                 bar.update()
                 if on_row is not None:

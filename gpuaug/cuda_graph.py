@@ -31,11 +31,12 @@ shapes, shapes not held run eagerly (one warning).
 from __future__ import annotations
 
 import threading
-import warnings
 from collections import OrderedDict
 
 import torch
 from torch import Tensor
+
+from .user_warnings import warn
 
 KEPT = 4
 # Recordings of shapes dropped earlier (inputs cycling through more shapes than are kept): past
@@ -93,9 +94,9 @@ class GraphedCalls:
                     return None
                 if key in self._dropped:
                     if self._rerecorded == RERECORDINGS:
-                        warnings.warn(f"gpuaug: cuda_graph recorded {RERECORDINGS} shapes again after dropping them "
-                                      f"(the input cycles through more than {KEPT} shapes): shapes it does not hold "
-                                      "run eagerly from now on", RuntimeWarning, stacklevel=4)
+                        warn(f"gpuaug: cuda_graph recorded {RERECORDINGS} shapes again after dropping them "
+                             f"(the input cycles through more than {KEPT} shapes): shapes it does not hold "
+                             "run eagerly from now on")
                     self._rerecorded += 1
                     if self._rerecorded > RERECORDINGS:
                         return None
@@ -140,9 +141,8 @@ class GraphedCalls:
             for k in [k for k, v in self._graphs.items() if v is not None]:
                 del self._graphs[k]  # recorded for the old generator (failures stay marked)
             self._graphs[key] = None
-            warnings.warn(f"gpuaug: recording a CUDA graph for input {tuple(images.shape)} {images.dtype} failed "
-                          f"({type(error).__name__}: {error}); such batches run eagerly", RuntimeWarning,
-                          stacklevel=4)
+            warn(f"gpuaug: recording a CUDA graph for input {tuple(images.shape)} {images.dtype} failed "
+                 f"({type(error).__name__}: {error}); such batches run eagerly")
             return None
         entry = self._graphs[key] = _Graph(graph, static_in, out, params, generator)
         return entry

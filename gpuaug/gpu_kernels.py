@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -45,6 +44,7 @@ from .functional.geometry import PAD_MODES
 from .native import OP_BRIGHTNESS, OP_CONTRAST, OP_HUE, OP_SATURATION, normalize_stats
 from .packed import PackedImages
 from .transforms._base import int_table, to_device
+from .user_warnings import warn
 
 try:
     import triton
@@ -731,6 +731,6 @@ def guarded(launch, *args, **kwargs):
         if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
             raise  # a CUDA graph being recorded: its recording fails (gpuaug.cuda_graph), not the kernels
         _state["broken"] = True
-        warnings.warn(f"gpuaug: the Triton kernels failed ({type(error).__name__}: {error}); "
-                      "using the torch kernels from now on", RuntimeWarning, stacklevel=3)
+        warn(f"gpuaug: the Triton kernels failed ({type(error).__name__}: {error}); "
+             "using the torch kernels from now on")
         return None

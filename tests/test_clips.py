@@ -540,5 +540,6 @@ def test_a_class_folder_holding_the_packs_mark_is_named_not_silently_dropped(fra
         warnings.simplefilter("error")  # the packs' own folder: no warning
         assert FrameFolder(src).classes == ["class0", "class1"]
     (src / "class1" / ".gpuaug-packs").touch()
-    with pytest.warns(RuntimeWarning, match=r"class1' holds \.gpuaug-packs .* video folders of frames \(video1\)"):
+    with pytest.warns(RuntimeWarning, match=r"class1' holds \.gpuaug-packs .* video folders of frames \(video1\)") as caught:
         assert FrameFolder(src).classes == ["class0"]
+    assert caught[0].filename == __file__  # the user's line, not gpuaug's

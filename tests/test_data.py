@@ -850,8 +850,9 @@ def test_the_datasets_on_error_is_seen_through_subset_random_split_and_concat(tm
     for ds in wrapped:
         loader = ga.DeviceLoader(DataLoader(ds, batch_size=2, collate_fn=collate), device="cpu")
         assert loader.on_error == "skip"
-        with pytest.warns(RuntimeWarning, match="skipping"):
+        with pytest.warns(RuntimeWarning, match="skipping") as caught:
             n = sum(len(x) for x, _ in loader)
+        assert {w.filename for w in caught} == {__file__}  # the loop's line, not gpuaug's (was loader.py)
         assert n + loader.stats.skipped == len(ds) and loader.stats.skipped >= 1
     with pytest.raises(ValueError, match=r"different on_error policies \(raise, skip\): pass on_error="):
         ga.DeviceLoader(DataLoader(torch.utils.data.ConcatDataset([skip, raising]), collate_fn=collate), device="cpu")

@@ -193,8 +193,10 @@ def test_random_resized_crop_per_sample(photos, kernel_path):
 def _always_fallback(size, ratio) -> ga.RandomResizedCrop:
     """A RandomResizedCrop whose area no try fits (scale above 1): every crop is torchvision's
     fallback. It warns (a scale above 1 is more often percentages than meant)."""
-    with pytest.warns(UserWarning, match=r"scale=\(1.5, 2.0\).*no crop fits a minimum above 1.*Percentages"):
-        return ga.RandomResizedCrop(size, scale=(1.5, 2.0), ratio=ratio)
+    with pytest.warns(UserWarning, match=r"scale=\(1.5, 2.0\).*no crop fits a minimum above 1.*Percentages") as caught:
+        crop = ga.RandomResizedCrop(size, scale=(1.5, 2.0), ratio=ratio)
+    assert caught[0].filename == __file__
+    return crop
 
 
 @pytest.mark.parametrize("ratio", [(2.0, 3.0), (0.2, 0.3), (0.5, 2.0)])

@@ -16,13 +16,13 @@ from __future__ import annotations
 import os
 import re
 import struct
-import warnings
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
 from torch.utils.data import Dataset
 
+from ..user_warnings import warn
 from .datasets import BadFile, checked_policy
 from .decode import DecodeError, check_size, decode_rgb, read_bytes
 
@@ -91,10 +91,10 @@ def _warn_of_marked_frame_folders(marked: list[str]) -> None:
     for folder in marked:
         videos = [e.name for e in os.scandir(folder) if e.is_dir() and has_frames(e.path)]
         if videos:
-            warnings.warn(f"gpuaug: {folder!r} holds {PACKS_MARK} (a folder of packs, read as neither a class "
-                          f"nor a video) but also video folders of frames ({', '.join(sorted(videos)[:3])}"
-                          f"{', ...' if len(videos) > 3 else ''}): it is left out; if it is a class, delete "
-                          f"{os.path.join(folder, PACKS_MARK)!r}", RuntimeWarning, stacklevel=4)
+            warn(f"gpuaug: {folder!r} holds {PACKS_MARK} (a folder of packs, read as neither a class "
+                 f"nor a video) but also video folders of frames ({', '.join(sorted(videos)[:3])}"
+                 f"{', ...' if len(videos) > 3 else ''}): it is left out; if it is a class, delete "
+                 f"{os.path.join(folder, PACKS_MARK)!r}")
 
 
 def _natural_key(name: str) -> list:
@@ -281,16 +281,15 @@ def pack_folder(src, dst, progress: bool = True, on_error: str = "raise", force:
             if on_error == "raise":
                 raise
             stale = f"; its older pack {pack} is still there" if pack.is_file() else ""
-            warnings.warn(f"gpuaug pack: skipping {e}{stale}", RuntimeWarning, stacklevel=2)
+            warn(f"gpuaug pack: skipping {e}{stale}")
             skipped += 1
             continue
         packed += 1
     _warn_of_orphans(Path(dst), {_pack_path(dst, Path(v)) for v, _ in src_ds.videos})
     empty = [c for c in classes if not any((Path(dst) / c).glob("*.pack"))]
     if empty:
-        warnings.warn(f"gpuaug pack: the class folder(s) {empty} under {dst} hold no pack (no video of theirs was "
-                      f"packed): PackedClips refuses them unless allow_empty=True, which keeps every class's label",
-                      RuntimeWarning, stacklevel=2)
+        warn(f"gpuaug pack: the class folder(s) {empty} under {dst} hold no pack (no video of theirs was "
+             f"packed): PackedClips refuses them unless allow_empty=True, which keeps every class's label")
     return PackCounts(packed, up_to_date, skipped)
 
 
@@ -305,9 +304,8 @@ def _warn_of_orphans(dst: Path, expected: set[Path]) -> None:
     orphans = sorted(str(p) for p in dst.glob("*/*.pack") if p not in expected)
     if orphans:
         shown = ", ".join(orphans[:3]) + (f" and {len(orphans) - 3} more" if len(orphans) > 3 else "")
-        warnings.warn(f"gpuaug pack: {len(orphans)} pack(s) under {dst} have no video in the source (removed or "
-                      f"renamed since they were packed; PackedClips still reads them): {shown}", RuntimeWarning,
-                      stacklevel=3)
+        warn(f"gpuaug pack: {len(orphans)} pack(s) under {dst} have no video in the source (removed or "
+             f"renamed since they were packed; PackedClips still reads them): {shown}")
 
 
 def read_pack(path: str, indices: list[int]) -> list[torch.Tensor]:

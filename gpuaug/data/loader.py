@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Sized
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from ..device import select_device
 from ..packed import PackedImages
 from ..pipeline import Pipeline  # for the annotations (typing.get_type_hints reads them)
 from ..transforms._base import move
+from ..user_warnings import warn
 from . import codecs
 from .collate import Batch
 from .clips import ClipDataset
@@ -174,7 +174,7 @@ class DeviceLoader:
         if bad.path not in self._warned:  # once a path: the list stays bounded over any number of epochs
             self._warned.add(bad.path)
             self.stats.skipped_paths.append(bad.path)
-            warnings.warn(f"gpuaug: skipping {bad.path}: {bad.cause}", RuntimeWarning, stacklevel=3)
+            warn(f"gpuaug: skipping {bad.path}: {bad.cause}")
 
     def _prepare(self, batch):
         if isinstance(batch, Batch):

@@ -26,11 +26,12 @@ import shlex
 import shutil
 import subprocess
 import tempfile
-import warnings
 from pathlib import Path
 
 import torch
 from torch import Tensor
+
+from ..user_warnings import warn
 
 OP_NONE, OP_BRIGHTNESS, OP_CONTRAST, OP_SATURATION, OP_HUE = range(5)
 MAX_STEPS = 64  # color.c's limit on steps per sample
@@ -61,8 +62,8 @@ def _load():
     try:
         lib = ctypes.CDLL(str(_build()))
     except (OSError, subprocess.SubprocessError, RuntimeError) as exc:
-        warnings.warn(f"gpuaug: could not build the fused CPU kernels ({exc}); using torch kernels, "
-                      "which are slower on the CPU. Set GPUAUG_NATIVE=0 to silence this.", RuntimeWarning, stacklevel=4)
+        warn(f"gpuaug: could not build the fused CPU kernels ({exc}); using torch kernels, "
+             "which are slower on the CPU. Set GPUAUG_NATIVE=0 to silence this.")
         return None
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     lib.gpuaug_color.argtypes = [ptr, i64, i64, i64, ptr, ptr, ptr, ptr, i64, ptr, ptr]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -20,6 +19,7 @@ from torch import Tensor
 from torchvision.transforms import InterpolationMode  # for the annotations (typing.get_type_hints reads them)
 
 from ..functional.geometry import PAD_MODES, flip_matrix, rotation_matrix
+from ..user_warnings import warn
 from ._base import (TEXT_TYPES, Draw, Op, Params, Sizes, check_interpolation, check_probability, check_range, check_resize_filter,
                     is_sequence, refuse_params, setup_size, to_device)
 
@@ -164,9 +164,9 @@ class RandomResizedCrop(GeometricOp):
         if scale[0] < 0 or ratio[0] <= 0:  # (a scale from 0 is torchvision's too: its tries of area 0 fail)
             raise ValueError(f"scale must not be negative and ratio must be positive, got scale={scale}, ratio={ratio}")
         if scale[0] > 1:  # torchvision takes it silently: every try fails, every crop is the fallback
-            warnings.warn(f"RandomResizedCrop(scale={scale}): scale is the crop's fraction of the image's area, and "
-                          f"no crop fits a minimum above 1: every sample gets the fallback, the same center crop "
-                          f"(as in torchvision). Percentages? Divide them by 100.", UserWarning, stacklevel=2)
+            warn(f"RandomResizedCrop(scale={scale}): scale is the crop's fraction of the image's area, and "
+                 f"no crop fits a minimum above 1: every sample gets the fallback, the same center crop "
+                 f"(as in torchvision). Percentages? Divide them by 100.", UserWarning)
         self.scale, self.ratio, self.antialias = scale, ratio, antialias
 
     def extra_repr(self) -> str:
