@@ -5,6 +5,7 @@ import json
 import os
 
 import pytest
+import torch
 
 import gpuaug as ga
 from gpuaug import bench
@@ -49,6 +50,36 @@ def test_ratios_are_over_the_cpu_worker_and_kornia_on_the_same_device():
     assert "100000.0" in bench.format_table(rows) and "40.00" in bench.format_table(rows)
     no_b2b = [{**r, "back_to_back_images_per_s": None, "x_kornia_back_to_back": None} for r in rows]
     assert "b2b" in bench.format_table(rows) and "b2b" not in bench.format_table(no_b2b)  # no columns of dashes
+
+
+def test_every_library_runs_the_same_ops_with_the_same_arguments():
+    """The rows compare libraries doing the same work: each op's arguments alike, and every op that
+    acts on every sample in torchvision acts on every sample in kornia (its RandomRotation's
+    default p is 0.5: it rotated half the batch, and gpuaug 0.42 brightness passed every test)."""
+    tv = [t for t in bench.torchvision_transform().transforms if type(t).__name__ != "ToDtype"]
+    ours = list(bench.gpuaug_pipeline("cpu").ops)
+    assert [type(t).__name__ for t in tv] == [type(t).__name__ for t in ours]
+    for a, b in zip(tv, ours):
+        for name in ("size", "scale", "ratio", "degrees", "brightness", "contrast", "saturation", "hue", "p", "mean", "std"):
+            if hasattr(a, name):
+                assert torch.allclose(torch.as_tensor(getattr(a, name), dtype=torch.float64),
+                                      torch.as_tensor(getattr(b, name), dtype=torch.float64)), (type(a).__name__, name)
+    kornia = bench.kornia_augment("cpu")
+    if kornia is None:
+        pytest.skip("kornia is not installed")
+    k = list(kornia.children())
+    assert [type(t).__name__ for t in k] == [type(t).__name__ for t in tv]
+    crop, flip, rotation, jitter, normalize = k
+    assert [t.p for t in k] == [1.0, 0.5, 1.0, 1.0, 1.0] and [t.p for t in tv[1:2]] == [0.5]
+    assert crop._param_generator.output_size == tv[0].size and crop._param_generator.scale == tv[0].scale
+    assert crop._param_generator.ratio == tv[0].ratio
+    assert rotation._param_generator.degrees.tolist() == list(tv[2].degrees)
+    for name in ("brightness", "contrast", "saturation"):  # kornia takes the factor's spread: 1 +- it
+        spread = getattr(jitter._param_generator, name)
+        assert (1 - spread, 1 + spread) == pytest.approx(getattr(tv[3], name))
+    assert (-jitter._param_generator.hue, jitter._param_generator.hue) == pytest.approx(tv[3].hue)
+    assert normalize.flags["mean"].tolist() == pytest.approx(tv[4].mean)
+    assert normalize.flags["std"].tolist() == pytest.approx(tv[4].std)
 
 
 def test_back_to_back_timing_waits_once_per_repeat(monkeypatch):
