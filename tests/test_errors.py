@@ -700,3 +700,19 @@ def test_numpy_numbers_are_taken_as_the_python_numbers_they_equal(make):
     x = torch.randint(0, 256, (4, 3, 30, 40), dtype=torch.uint8)
     with_numpy = ga.Pipeline(make(np.int64, np.float32), device="cpu", seed=0)(x)
     assert torch.equal(with_numpy, ga.Pipeline(make(int, float), device="cpu", seed=0)(x))
+
+
+@pytest.mark.parametrize("name", ["RandomResizedCrop", "CenterCrop", "RandomCrop", "Resize"])
+def test_a_float_size_is_truncated_or_refused_as_torchvision_does(name):
+    """torchvision's crops take one float size and truncate it (``int(24.7)``: 24x24); its Resize
+    refuses one. gpuaug's float branch was untested (a mutant that broke it passed)."""
+    from torchvision.transforms import v2
+
+    for size in (24.7, 24.0, np.float32(30.5)):
+        try:
+            expected = tuple(getattr(v2, name)(size).size)
+        except ValueError:
+            with pytest.raises(ValueError, match="size"):
+                getattr(ga, name)(size)
+            continue
+        assert getattr(ga, name)(size).size == expected == (int(size),) * 2
