@@ -499,6 +499,23 @@ def test_float_images_far_outside_0_1_are_refused(photos, mistake):
     assert pipe(overshoot[None]).shape == (1, 3, 32, 32)
 
 
+def test_the_float_range_taken_is_the_readmes_minus_half_to_one_and_a_half(photos):
+    """README: input within [-0.5, 1.5] is taken as it is, past it refused, at either end and in
+    image 0 (read whole) or another (read on a grid): a pixel block past the bound, not one pixel,
+    as the grid may miss one."""
+    pipe = ga.Pipeline(ga.RandomResizedCrop(32), device="cpu", seed=0)
+    image = to_float(photos[0])[:, :64, :64].clone()
+    for value, taken in ((1.49, True), (1.51, False), (-0.49, True), (-0.51, False)):
+        edited = image.clone()
+        edited[:, :32, :32] = value
+        for given in (edited[None], [image, edited]):
+            if taken:
+                assert pipe(given).shape[-2:] == (32, 32)
+            else:
+                with pytest.raises(ValueError, match=r"expected float images in \[0, 1\]"):
+                    pipe(given)
+
+
 @pytest.mark.parametrize("bad_value", [float("nan"), float("inf"), -float("inf")])
 def test_a_nan_the_grid_misses_is_refused_where_a_crop_reads_it(photos, bad_value):
     """Images but the first are checked on a grid before the pipeline runs; one NaN (or infinite)
