@@ -27,6 +27,15 @@ def test_bench_quick_writes_table_json_and_plot(tmp_path, capsys):
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_smallest_run_the_arguments_allow_runs(tmp_path, capsys):
+    """--repeats 1 and a batch of 1 are allowed (only 0 and below are refused), and are used as given."""
+    out_json = tmp_path / "b.json"
+    assert main(["bench", "--device", "cpu", "--batch-sizes", "1", "2", "--repeats", "1", "--no-progress",
+                 "--json", str(out_json)]) == 0
+    rows = json.loads(out_json.read_text())["rows"]
+    assert {r["batch"] for r in rows} == {1, 2} and all(r["images_per_s"] > 0 for r in rows)
+
+
 def test_ratios_are_over_the_cpu_worker_and_kornia_on_the_same_device():
     """x tv/sample: over torchvision per sample on the CPU at the same batch size, whatever the
     row's device; x kornia: over kornia eager on the row's own device; None where that row is
