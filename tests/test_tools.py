@@ -55,6 +55,12 @@ def test_profile_prints_bottleneck_and_writes_json(jpeg_folder, tmp_path, capsys
     assert bounds[report["bottleneck"]] == min(bounds.values())
     assert report["best"]["images_per_s"] == max(r["images_per_s"] for r in report["sweep"])
     assert f"the loader is bound by: {report['bottleneck']}" in text
+    table = text[text.index("num_workers pin_memory"):].splitlines()[1 : 1 + len(report["sweep"])]
+    for line, row in zip(table, report["sweep"]):  # the printed table says what the JSON says
+        workers, pin, prefetch, images_per_s, wait = line.split()[:5]
+        assert (int(workers), pin, prefetch) == (row["num_workers"], str(row["pin_memory"]), str(row["prefetch_factor"]))
+        assert float(images_per_s) == pytest.approx(row["images_per_s"], abs=0.051)
+        assert float(wait.rstrip("%")) == pytest.approx(100 * row["data_wait_fraction"], abs=0.051)
 
 
 def test_simulated_loop_times_the_steady_state_after_its_warm_up(monkeypatch):
