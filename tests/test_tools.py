@@ -94,6 +94,39 @@ def test_simulated_loop_times_the_steady_state_after_its_warm_up(monkeypatch):
         bench_loader.steady_order(0, 2, 1)
 
 
+def test_steady_order_refuses_each_bad_argument_alone():
+    import gpuaug.bench_loader as bench_loader
+
+    for args in [(0, 2, 1), (5, 0, 1), (5, 2, -1)]:  # one bad argument each (an `and` of the three passed)
+        with pytest.raises(ValueError, match="expected n_items and batch_size >= 1 and num_workers >= 0"):
+            bench_loader.steady_order(*args)
+
+
+def test_the_loader_benchmarks_jpegs_are_the_sample_photos_fitted_to_each_size(tmp_path):
+    """``gpuaug bench --loader``'s folder: each sample photo scaled to cover one of the mixed sizes and
+    cropped at its centre, as PIL's ``ImageOps.fit`` does, never padded (a resize one pixel short
+    left a black row in every image, and nothing said so)."""
+    import numpy as np
+    from PIL import Image, ImageOps
+
+    from gpuaug.bench_loader import SIZES
+    from gpuaug.data.decode import load_rgb
+
+    photos = gpuaug.sample_images()
+    files = sorted(make_jpeg_folder(tmp_path, n=12).glob("class*/*.jpg"), key=lambda p: p.name)
+    assert [p.parent.name for p in files] == ["class0", "class1"] * 6
+    for i, path in enumerate(files):
+        ours = load_rgb(str(path)).float()
+        h, w = ours.shape[1:]
+        assert (h, w) in SIZES
+        photo = Image.fromarray(photos[i % len(photos)].permute(1, 2, 0).numpy())
+        fitted = torch.from_numpy(np.array(ImageOps.fit(photo, (w, h), Image.BILINEAR))).permute(2, 0, 1).float()
+        diff = (ours - fitted).abs()  # JPEG quality 90 and a different resampling: a few levels
+        assert diff.mean() < 8, (path.name, diff.mean())
+        worst_row, worst_column = diff.mean(dim=(0, 2)).max(), diff.mean(dim=(0, 1)).max()
+        assert max(worst_row, worst_column) < 25, (path.name, worst_row, worst_column)  # no padded edge
+
+
 def test_version_names_gpuaug_and_what_it_runs_with(capsys):
     """``gpuaug --version`` (for a bug report): the installed distribution's version, which
     ``gpuaug.__version__`` must repeat, and torch's, torchvision's and the GPUs."""
