@@ -14,8 +14,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run ``gpuaug ARGS`` -> its exit status (2: bad arguments or input, named on stderr)."""
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.command == "bench" and args.loader and args.plot:
-        parser.error("--plot draws the augmentation benchmark; --loader has no chart (use --json)")
+    if args.command == "bench":
+        _check_bench_flags(args, parser)
     # Output paths are checked before a run of minutes, not after it.
     for flag in ("json", "plot"):
         path = getattr(args, flag, None)
@@ -40,27 +40,28 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     bench = sub.add_parser("bench", help="time torchvision, kornia and gpuaug on the built-in sample photos")
     bench.add_argument("--device", action="append", help="cpu or cuda[:N]; repeat for several (default: cuda if present, and cpu)")
-    bench.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 256], metavar="B")
-    bench.add_argument("--repeats", type=int, default=5, help="timed runs per row; the median is reported")
-    bench.add_argument("--quick", action="store_true", help="batch 16, 5 repeats: a smoke test (~10 s on one core)")
+    bench.add_argument("--batch-sizes", type=int, nargs="+", metavar="B", help="default: 64 256")
+    bench.add_argument("--repeats", type=int, help="timed runs per row; the median is reported (default: 5)")
+    bench.add_argument("--quick", action="store_true",
+                       help="batch 16, 5 repeats (with --loader: 48 files, batch 16): a smoke test (~10 s on one core)")
     bench.add_argument("--json", metavar="PATH", help="write the rows as JSON")
     bench.add_argument("--plot", metavar="PATH",
                        help="write a bar chart: PNG, or the format its suffix names (.svg, .pdf, ...); "
                             "needs matplotlib")
-    bench.add_argument("--no-progress", action="store_true")
+    bench.add_argument("--no-progress", action="store_true", help="no progress bar (each row reported on stderr)")
     bench.add_argument("--loader", action="store_true",
                        help="instead: DataLoader workers with torchvision transforms vs decode-only workers + gpuaug")
-    bench.add_argument("--num-workers", type=int, default=2, help="with --loader")
-    bench.add_argument("--step-ms", type=float, default=20.0, help="with --loader: simulated training step")
-    bench.add_argument("--files", type=int, default=192, help="with --loader: generated JPEGs")
+    bench.add_argument("--num-workers", type=int, help="with --loader (default: 2)")
+    bench.add_argument("--step-ms", type=float, help="with --loader: simulated training step (default: 20)")
+    bench.add_argument("--files", type=int, help="with --loader: generated JPEGs (default: 192)")
     prof = sub.add_parser("profile", help="where does my loader's time go? disk, decode or augment, on DIR's images")
     prof.add_argument("dir")
-    prof.add_argument("--max-files", type=int, default=256)
-    prof.add_argument("--step-ms", type=float, default=20.0, help="simulated training step per batch")
-    prof.add_argument("--batch-size", type=int, default=32)
+    prof.add_argument("--max-files", type=int, default=256, help="default: 256")
+    prof.add_argument("--step-ms", type=float, default=20.0, help="simulated training step per batch (default: 20)")
+    prof.add_argument("--batch-size", type=int, default=32, help="default: 32")
     prof.add_argument("--device", help="where gpuaug runs (default: gpuaug.select_device())")
     prof.add_argument("--json", metavar="PATH")
-    prof.add_argument("--no-progress", action="store_true")
+    prof.add_argument("--no-progress", action="store_true", help="no progress bar")
     pack = sub.add_parser("pack", help="pack frame folders SRC/<class>/<video>/*.jpg into DST/<class>/<video>.pack")
     pack.add_argument("src")
     pack.add_argument("dst")
@@ -69,8 +70,35 @@ def _parser() -> argparse.ArgumentParser:
                            "stop (default) or leave it out")
     pack.add_argument("--force", action="store_true",
                       help="rewrite every pack (by default a pack newer than its frames is left as it is)")
-    pack.add_argument("--no-progress", action="store_true")
+    pack.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
+
+
+# gpuaug bench's flags for one of its two benchmarks only, and their defaults (None: not given).
+AUGMENT_FLAGS = {"batch_sizes": [64, 256], "repeats": 5, "plot": None}
+LOADER_FLAGS = {"num_workers": 2, "step_ms": 20.0, "files": 192}
+
+
+def _check_bench_flags(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """Refuse a ``gpuaug bench`` flag the run would not use (the other benchmark's, or a size
+    ``--quick`` sets), then fill in the defaults of those not given."""
+    def given(names):
+        return [f"--{n.replace('_', '-')}" for n in names if getattr(args, n) is not None]
+
+    if args.loader:
+        if given(AUGMENT_FLAGS):
+            parser.error(f"{' '.join(given(AUGMENT_FLAGS))}: not used by --loader"
+                         + (", which has no chart (use --json)" if args.plot else ""))
+        if args.device and len(args.device) > 1:
+            parser.error(f"--loader runs gpuaug on one device, got --device {' --device '.join(args.device)}")
+    elif given(LOADER_FLAGS):
+        parser.error(f"{' '.join(given(LOADER_FLAGS))}: used only with --loader")
+    if args.quick and given(["batch_sizes", "repeats", "files"]):
+        parser.error(f"{' '.join(given(['batch_sizes', 'repeats', 'files']))}: --quick sets its own sizes "
+                     "(leave out --quick to choose them)")
+    for name, default in {**AUGMENT_FLAGS, **LOADER_FLAGS}.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
 
 
 class _Versions(argparse.Action):

@@ -140,7 +140,7 @@ def test_unwritable_output_paths_fail_before_the_run(args, tmp_path, monkeypatch
         if flag == "--plot" and args[0] == "profile":
             continue
         if flag == "--plot" and "--loader" in args:
-            words = "--loader has no chart"
+            words = "--plot: not used by --loader, which has no chart"
         with pytest.raises(SystemExit) as e:
             main([*args, flag, str(path)])
         assert e.value.code == 2 and words in capsys.readouterr().err
@@ -168,7 +168,8 @@ def test_sample_images_are_ragged_real_photos():
     assert len(photos) == 6 and len({tuple(p.shape) for p in photos}) > 3
     assert all(p.dtype.is_floating_point is False and p.shape[0] == 3 for p in photos)
     assert [tuple(p.shape) for p in ga.sample_images(8)][6:] == [tuple(p.shape) for p in photos[:2]]
-    with pytest.raises(ValueError):
+    assert ga.sample_images(0) == []
+    with pytest.raises(ValueError, match="n should be >= 0, got -1"):
         ga.sample_images(-1)
 
 
@@ -234,3 +235,82 @@ def test_a_run_cut_short_leaves_its_rows(tmp_path, monkeypatch, capsys):
     rows = json.loads(path.read_text())["rows"]
     assert [r["images_per_s"] for r in rows] == [1600.0, 1600.0]
     assert capsys.readouterr().err.count("gpuaug bench: cpu") == 2
+
+
+class _Called(Exception):
+    """Raised by a stand-in for a command's run, carrying the arguments it was given."""
+
+
+def _arguments_given(monkeypatch, module: str, name: str, argv: list[str]) -> dict:
+    """What ``gpuaug ARGV`` passes to ``module.name`` (its run), by signature name, the run not done."""
+    import importlib
+    import inspect
+
+    target = importlib.import_module(module)
+    signature = inspect.signature(getattr(target, name))
+
+    def record(*args, **kwargs):
+        raise _Called(signature.bind(*args, **kwargs).arguments)
+
+    monkeypatch.setattr(target, name, record)
+    with pytest.raises(_Called) as called:
+        main(argv)
+    return called.value.args[0]
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["bench"], dict(devices=None, batch_sizes=[64, 256], repeats=5, progress=True)),  # README: batch 64 and 256
+    (["bench", "--quick", "--no-progress", "--device", "cpu"], dict(devices=["cpu"], batch_sizes=[16], repeats=5,
+                                                                     progress=False)),
+    (["bench", "--batch-sizes", "8", "--repeats", "2"], dict(batch_sizes=[8], repeats=2)),
+])
+def test_bench_gives_its_run_the_defaults_its_help_states(argv, expected, monkeypatch):
+    given = _arguments_given(monkeypatch, "gpuaug.bench", "run", argv)
+    assert {k: given[k] for k in expected} == expected
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["bench", "--loader"], dict(root=None, n_files=192, num_workers=2, batch_size=32, step_ms=20.0, device=None,
+                                 progress=True)),
+    (["bench", "--loader", "--quick", "--no-progress", "--num-workers", "0", "--step-ms", "1"],
+     dict(n_files=48, num_workers=0, batch_size=16, step_ms=1.0, progress=False)),
+    (["bench", "--loader", "--files", "1", "--device", "cpu"], dict(n_files=1, device="cpu")),  # 1 file is allowed
+])
+def test_bench_loader_gives_its_run_the_defaults_its_help_states(argv, expected, monkeypatch):
+    given = _arguments_given(monkeypatch, "gpuaug.bench_loader", "run", argv)
+    assert {k: given[k] for k in expected} == expected
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["profile", "d"], dict(directory="d", max_files=256, step_ms=20.0, device=None, batch_size=32, progress=True)),
+    (["profile", "d", "--no-progress", "--batch-size", "4"], dict(batch_size=4, progress=False)),
+    (["pack", "s", "d"], dict(src="s", dst="d", progress=True, on_error="raise", force=False)),
+    (["pack", "s", "d", "--no-progress", "--force", "--on-error", "skip"], dict(progress=False, on_error="skip",
+                                                                                force=True)),
+])
+def test_profile_and_pack_give_their_runs_what_was_asked(argv, expected, monkeypatch):
+    module, name = ("gpuaug.profile", "run") if argv[0] == "profile" else ("gpuaug.data.clips", "pack_folder")
+    given = _arguments_given(monkeypatch, module, name, argv)
+    assert {k: given[k] for k in expected} == expected
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["bench", "--num-workers", "4"], "--num-workers: used only with --loader"),
+    (["bench", "--step-ms", "5", "--files", "10"], "--step-ms --files: used only with --loader"),
+    (["bench", "--loader", "--batch-sizes", "8"], "--batch-sizes: not used by --loader"),
+    (["bench", "--loader", "--repeats", "3"], "--repeats: not used by --loader"),
+    (["bench", "--loader", "--device", "cpu", "--device", "cuda"], "--loader runs gpuaug on one device, got "
+                                                                    "--device cpu --device cuda"),
+    (["bench", "--quick", "--batch-sizes", "256"], "--batch-sizes: --quick sets its own sizes"),
+    (["bench", "--quick", "--repeats", "9"], "--repeats: --quick sets its own sizes"),
+    (["bench", "--loader", "--quick", "--files", "500"], "--files: --quick sets its own sizes"),
+])
+def test_bench_refuses_a_flag_its_run_would_not_use(argv, words, monkeypatch, capsys):
+    """Each of these was silently ignored: `--quick --batch-sizes 256` timed batch 16, `--loader
+    --batch-sizes 8` batch 32, `--num-workers 4` without `--loader` nothing, `--loader` the first
+    device only."""
+    for module in ("gpuaug.bench", "gpuaug.bench_loader"):
+        monkeypatch.setattr(f"{module}.run", lambda *a, **k: pytest.fail("ran with a flag it does not use"))
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and words in capsys.readouterr().err
