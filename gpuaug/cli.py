@@ -48,7 +48,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--plot", metavar="PATH",
                        help="write a bar chart: PNG, or the format its suffix names (.svg, .pdf, ...); "
                             "needs matplotlib")
-    bench.add_argument("--no-progress", action="store_true", help="no progress bar (without --loader, each row is reported on stderr instead)")
+    bench.add_argument("--no-progress", action="store_true",
+                       help="no progress bar (without --loader, each row is reported on stderr instead)")
     bench.add_argument("--loader", action="store_true",
                        help="instead: DataLoader workers with torchvision transforms vs decode-only workers + gpuaug")
     bench.add_argument("--num-workers", type=int, help="with --loader (default: 2)")
