@@ -908,6 +908,19 @@ def test_normalize(small_photos, kernel_path, mean, std):
     assert (out - TF.normalize(to_float(x), list(mean), list(std))).abs().max() < 1e-5
 
 
+def test_functional_normalize_with_std_or_its_inverse_is_torchvisions(small_photos):
+    """``gpuaug.functional.normalize`` takes ``std`` (a user's call) or ``inv_std`` (what Normalize
+    passes): both give torchvision's, and one of the two must come (a 1.05 / std passed every test)."""
+    x = to_float(torch.stack(small_photos))
+    mean, std = torch.tensor(ga.IMAGENET_MEAN), torch.tensor(ga.IMAGENET_STD)
+    ref = TF.normalize(x, list(ga.IMAGENET_MEAN), list(ga.IMAGENET_STD))
+    assert (gaF.normalize(x, mean, std=std) - ref).abs().max() < 1e-5
+    assert (gaF.normalize(x, mean, inv_std=1 / std.double()) - ref).abs().max() < 1e-5
+    for both_or_neither in (dict(std=std, inv_std=1 / std), {}):
+        with pytest.raises(TypeError, match="normalize takes one of std and inv_std"):
+            gaF.normalize(x, mean, **both_or_neither)
+
+
 def test_full_pipeline_per_sample_against_torchvision_chain(photos, kernel_path):
     ops = [ga.RandomResizedCrop(224), ga.RandomHorizontalFlip(), ga.RandomRotation(15),
            ga.ColorJitter(0.4, 0.4, 0.4, 0.1), ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD)]
