@@ -388,6 +388,10 @@ def test_select_device(monkeypatch):
         if not getattr(torch, kind).is_available():
             with pytest.raises(ValueError, match=f"asks for {kind} but this machine has none"):
                 ga.Pipeline(ga.RandomHorizontalFlip(), device=kind)
+    with monkeypatch.context() as m:  # a backend that is present is taken as asked
+        m.setattr(torch.mps, "is_available", lambda: True)
+        assert ga.select_device("mps") == torch.device("mps")
+    assert ga.select_device("hpu") == torch.device("hpu")  # no torch.hpu to ask: left to the device's own library
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA is not available"):
             ga.Pipeline(ga.RandomHorizontalFlip(), device="cuda")
