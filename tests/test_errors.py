@@ -154,7 +154,8 @@ def test_replayed_params_no_op_could_draw_for_these_images_are_refused():
     for i, (top, left, h, w) in enumerate(boxes.int().tolist()):
         expected = F.resized_crop(small[i], top, left, h, w, [24, 24], antialias=True)
         assert (out[i] - expected).abs().max() < 1e-5
-    for bad in ([0.0, 1.0, 20.0, 20.0], [0.5, 0.0, 10.0, 10.0], [0.0, 0.0, 0.0, 10.0], [-1.0, 0.0, 10.0, 10.0]):
+    for bad in ([0.0, 1.0, 20.0, 20.0], [0.5, 0.0, 10.0, 10.0], [0.0, 0.0, 0.0, 10.0], [0.0, 0.0, 10.0, 0.0],
+                [-1.0, 0.0, 10.0, 10.0], [0.0, -1.0, 10.0, 10.0], [0.0, 0.0, 10.0, 10.5]):
         box = boxes.clone()
         box[1] = torch.tensor(bad)
         with pytest.raises(ValueError, match=r"RandomResizedCrop, sample 1: .*image is 20x20"):
@@ -558,6 +559,16 @@ def test_random_crop_shows_its_padding_in_torchvisions_four_value_order():
     assert ga.RandomCrop(10, padding=[1, 2]).padding == (1, 2, 1, 2)  # (left, top, right, bottom)
     assert ga.RandomCrop(10, padding=(1, 2, 3, 4)).padding == (1, 2, 3, 4)
     assert "padding=(1, 2, 3, 4)" in repr(ga.RandomCrop(10, padding=(1, 2, 3, 4)))
+
+
+def test_reprs_name_an_interpolation_other_than_the_default_and_only_then():
+    bicubic, bilinear, nearest = (v2.InterpolationMode.BICUBIC, v2.InterpolationMode.BILINEAR,
+                                  v2.InterpolationMode.NEAREST)
+    for make in (lambda **kw: ga.Resize(100, **kw), lambda **kw: ga.RandomResizedCrop(10, **kw)):
+        assert "interpolation" not in repr(make()) and "interpolation" not in repr(make(interpolation=bilinear))
+        assert ", interpolation=bicubic, antialias=True)" in repr(make(interpolation=bicubic))
+    assert "interpolation" not in repr(ga.RandomRotation(10, interpolation=bilinear))
+    assert "interpolation=nearest" in repr(ga.RandomRotation(10, interpolation=nearest))
 
 
 def test_reflect_padding_longer_than_the_image_is_refused():
