@@ -99,7 +99,7 @@ def _check_bench_flags(args: argparse.Namespace, parser: argparse.ArgumentParser
                      "(leave out --quick to choose them)")
     for name, default in {**AUGMENT_FLAGS, **LOADER_FLAGS}.items():
         if getattr(args, name) is None:
-            setattr(args, name, default)
+            setattr(args, name, list(default) if isinstance(default, list) else default)  # not the dict's list
 
 
 class _Versions(argparse.Action):
