@@ -587,3 +587,21 @@ def test_one_channel_images_through_every_op(small_photos):
                        device="cpu", seed=1, dtype=torch.float64)
     out = pipe(gray)
     assert out.shape == (4, 1, 48, 48) and out.dtype == torch.float64 and torch.isfinite(out).all()
+
+
+def test_a_cpu_chunk_keeps_every_tap_any_of_its_samples_weighs():
+    """``cpu._used_taps``: a chunk's taps are cut after the last one any sample weighs (a chunk
+    needs fewer than the batch's largest downscale), never before; a zero-weight tap kept points
+    at its pixel's first tap. (Counting the zero-weight taps instead passed the output tests tried:
+    the padded taps past a pixel's own are zeros, so the count came out whole.)"""
+    from gpuaug import cpu
+
+    index = torch.arange(2 * 3 * 4).view(2, 3, 4)
+    weight = torch.tensor([[0.5, 0.5, 0.0, 0.0], [0.2, 0.3, 0.5, 0.0], [1.0, 0.0, 0.0, 0.0]]).expand(2, 3, 4)
+    kept_index, kept_weight = cpu._used_taps(index, weight)
+    assert torch.equal(kept_weight, weight[..., :3])
+    assert torch.equal(kept_index, torch.where(weight[..., :3] != 0, index[..., :3], index[..., :1]))
+    full = torch.full((2, 3, 4), 0.25)  # every tap weighed: all kept
+    assert torch.equal(cpu._used_taps(index, full)[1], full) and torch.equal(cpu._used_taps(index, full)[0], index)
+    none = torch.zeros(2, 3, 4)  # nothing weighed (a chunk of padding): one tap, reading nothing
+    assert cpu._used_taps(index, none)[1].shape == (2, 3, 1)
