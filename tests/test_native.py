@@ -108,6 +108,23 @@ def test_no_compiler_warns_once_and_the_pipeline_falls_back(monkeypatch, tmp_pat
         assert (pipe.manual_seed(3)(photos) - out).abs().max() < 1e-5
 
 
+def test_a_compiler_on_the_path_or_in_cc_builds_the_kernels(monkeypatch, tmp_path):
+    """Without CC, a compiler on the PATH (cc, gcc, clang) builds the kernels; CC may carry flags,
+    as make's does ("gcc -m64": CC taken as one program name failed). The kernel tests skip where
+    nothing builds, so this one fails instead where a compiler is there to be found."""
+    import shutil
+
+    found = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if found is None:
+        pytest.skip("no C compiler on the PATH")
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("GPUAUG_CACHE_DIR", str(tmp_path / "plain"))
+    assert native._build().is_file()
+    monkeypatch.setenv("CC", f"{found} -O1")
+    monkeypatch.setenv("GPUAUG_CACHE_DIR", str(tmp_path / "flags"))
+    assert native._build().is_file()
+
+
 @needs_kernel
 def test_build_is_cached_on_disk(monkeypatch, tmp_path):
     monkeypatch.setattr(native, "_state", {})
