@@ -83,20 +83,19 @@ LOADER_FLAGS = {"num_workers": 2, "step_ms": 20.0, "files": 192}
 def _check_bench_flags(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     """Refuse a ``gpuaug bench`` flag the run would not use (the other benchmark's, or a size
     ``--quick`` sets), then fill in the defaults of those not given."""
-    def given(names):
-        return [f"--{n.replace('_', '-')}" for n in names if getattr(args, n) is not None]
+    def given(names) -> str:
+        """The flags among ``names`` given on the command line, as typed ("--batch-sizes --repeats")."""
+        return " ".join(f"--{n.replace('_', '-')}" for n in names if getattr(args, n) is not None)
 
-    if args.loader:
-        if given(AUGMENT_FLAGS):
-            parser.error(f"{' '.join(given(AUGMENT_FLAGS))}: not used by --loader"
-                         + (", which has no chart (use --json)" if args.plot else ""))
-        if args.device and len(args.device) > 1:
-            parser.error(f"--loader runs gpuaug on one device, got --device {' --device '.join(args.device)}")
-    elif given(LOADER_FLAGS):
-        parser.error(f"{' '.join(given(LOADER_FLAGS))}: used only with --loader")
-    if args.quick and given(["batch_sizes", "repeats", "files"]):
-        parser.error(f"{' '.join(given(['batch_sizes', 'repeats', 'files']))}: --quick sets its own sizes "
-                     "(leave out --quick to choose them)")
+    other = given(AUGMENT_FLAGS if args.loader else LOADER_FLAGS)
+    if other:
+        parser.error(f"{other}: " + ("used only with --loader" if not args.loader else
+                                     "not used by --loader" + (", which has no chart (use --json)" if args.plot else "")))
+    if args.loader and args.device and len(args.device) > 1:
+        parser.error(f"--loader runs gpuaug on one device, got --device {' --device '.join(args.device)}")
+    sized = given(["batch_sizes", "repeats", "files"]) if args.quick else ""
+    if sized:
+        parser.error(f"{sized}: --quick sets its own sizes (leave out --quick to choose them)")
     for name, default in {**AUGMENT_FLAGS, **LOADER_FLAGS}.items():
         if getattr(args, name) is None:
             setattr(args, name, list(default) if isinstance(default, list) else default)  # not the dict's list

@@ -738,8 +738,6 @@ def test_numpy_numbers_are_taken_as_the_python_numbers_they_equal(make):
 def test_a_float_size_is_truncated_or_refused_as_torchvision_does(name):
     """torchvision's crops take one float size and truncate it (``int(24.7)``: 24x24); its Resize
     refuses one. gpuaug's float branch was untested (a mutant that broke it passed)."""
-    from torchvision.transforms import v2
-
     for size in (24.7, 24.0, np.float32(30.5)):
         try:
             expected = tuple(getattr(v2, name)(size).size)
