@@ -90,7 +90,7 @@ def _check_bench_flags(args: argparse.Namespace, parser: argparse.ArgumentParser
     other = given(AUGMENT_FLAGS if args.loader else LOADER_FLAGS)
     if other:
         parser.error(f"{other}: " + ("used only with --loader" if not args.loader else
-                                     "not used by --loader" + (", which has no chart (use --json)" if args.plot else "")))
+                                     "not used by --loader" + (", which has no chart (use --json)" if args.plot is not None else "")))
     if args.loader and args.device and len(args.device) > 1:
         parser.error(f"--loader runs gpuaug on one device, got --device {' --device '.join(args.device)}")
     sized = given(["batch_sizes", "repeats", "files"]) if args.quick else ""
@@ -251,6 +251,8 @@ def _unplottable(path: str) -> str | None:
 
 def _unwritable(path: str) -> str | None:
     """Why ``path`` cannot be written, or None."""
+    if not path:  # "" would be taken as no output, silently
+        return "expected a file path, got an empty one"
     if os.path.isdir(path):
         return "is a directory"
     parent = os.path.dirname(os.path.abspath(path))

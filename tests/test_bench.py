@@ -136,6 +136,8 @@ def test_unwritable_output_paths_fail_before_the_run(args, tmp_path, monkeypatch
         monkeypatch.setattr(f"{module}.run", no_run)
     for flag, path, words in (("--json", tmp_path / "missing" / "x.json", "does not exist"),
                               ("--json", tmp_path, "is a directory"),
+                              ("--json", "", "got an empty one"),
+                              ("--plot", "", "got an empty one"),
                               ("--plot", tmp_path / "missing" / "x.png", "does not exist")):
         if flag == "--plot" and args[0] == "profile":
             continue
