@@ -656,10 +656,14 @@ def test_rotation_matches_torchvision(small_photos, angle, kernel_path):
 
 
 @pytest.mark.parametrize("center", [(10, 20), (100.5, 90), (-30, 50)])
-def test_rotation_about_a_center_matches_torchvision(small_photos, kernel_path, center):
+@pytest.mark.parametrize("odd", [False, True], ids=["even sizes", "odd sizes"])
+def test_rotation_about_a_center_matches_torchvision(small_photos, kernel_path, center, odd):
     """torchvision's ``center`` ((x, y) pixels of the rotated image), then a flip (its matrix
-    composes with the rotation's shift) and per sample angles."""
+    composes with the rotation's shift) and per sample angles; odd sizes too, whose image
+    center is not a whole pixel."""
     x = torch.stack(small_photos * 2)
+    if odd:
+        x = x[..., :95, :127]
     out, (rot, flip) = run([ga.RandomRotation(40, center=center, fill=0.3), ga.RandomHorizontalFlip()], x, seed=3)
     assert 0 < int(flip["flip"].sum()) < len(x)
     for i in range(len(x)):
@@ -981,6 +985,27 @@ def test_crop_boxes_find_plain_crops_only(photos, monkeypatch):
     assert not found[-2][-1].any()
     run([ga.Resize((100, 150)), ga.RandomCrop(120, pad_if_needed=True)], [img, photos[0]])  # 512x512: pads less
     assert found[-2][-1].tolist() == [False, False] and found[-1][-1].tolist() == [True, True]
+
+
+def test_single_taps_takes_maps_that_only_move_pixels():
+    """The CPU gathers pixels where each output pixel reads one source pixel whole (a crop, a
+    flip, padding); any map that blends (a resize, a half-pixel shift) keeps its taps."""
+    from gpuaug.functional.geometry import axis_taps, single_taps, tap_count
+
+    def taps(scale, offset, window, valid):
+        f = lambda v: torch.tensor(v, dtype=torch.float32)  # noqa: E731
+        return axis_taps(f(scale), f(offset), (f(window[0]), f(window[1])), (f(valid[0]), f(valid[1])), 5, 40,
+                         tap_count(1.5))
+
+    # the crop [10, 15), that crop mirrored, and [10, 13) after 2 pixels of padding
+    index, weight = single_taps(*taps([1, -1, 1], [10, 15, 8], ([10, 10, 10], [15, 15, 13]), ([0, 0, 2], [5, 5, 5])))
+    assert index[:2].tolist() == [[10, 11, 12, 13, 14], [14, 13, 12, 11, 10]] and index[2, 2:].tolist() == [10, 11, 12]
+    assert weight.tolist() == [[1.0] * 5, [1.0] * 5, [0.0, 0.0, 1.0, 1.0, 1.0]]
+    assert single_taps(*taps([1.5], [0], ([0], [40]), ([0], [5]))) is None  # a resize
+    assert single_taps(*taps([1], [0.5], ([0], [40]), ([0], [5]))) is None  # half a pixel: two taps of 0.5
+    index = torch.tensor([[[3, 4, 5]]])
+    assert single_taps(index, torch.tensor([[[1.0, 1.0, 0.0]]])) is None  # two whole reads
+    assert single_taps(index, torch.tensor([[[0.5, 0.0, 0.0]]])) is None  # one read, not whole
 
 
 @pytest.mark.parametrize("overshoot", [1e-6, 0.01, 0.5])
