@@ -1008,6 +1008,37 @@ def test_single_taps_takes_maps_that_only_move_pixels():
     assert single_taps(index, torch.tensor([[[0.5, 0.0, 0.0]]])) is None  # one read, not whole
 
 
+@pytest.mark.parametrize("box", [(0, 0, 50, 60), (10, 20, 30, 40), (46, 0, 50, 128), (-5, -7, 50, 60),
+                                 (80, 100, 40, 50), (-10, -10, 200, 300), (200, 0, 10, 10)])
+def test_crop_or_pad_is_torchvisions_crop_and_a_view_inside(small_photos, box):
+    """``gpuaug.functional.crop_or_pad`` against ``F.crop`` (which pads with 0 past the image),
+    and a view of the images (no copy) where the window lies inside, its edges included."""
+    x = torch.stack(small_photos)  # 96 x 128
+    out = gaF.crop_or_pad(x, *box)
+    assert torch.equal(out, TF.crop(x, *box))
+    top, left, height, width = box
+    inside = top >= 0 and left >= 0 and top + height <= 96 and left + width <= 128
+    assert (out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()) == inside
+
+
+@pytest.mark.parametrize("cubic", [False, True])
+def test_axis_taps_index_only_source_pixels(cubic):
+    """Every tap's index lies in ``[0, src_size)``, the taps past the filter (weight 0) included:
+    the resampling gathers all of them, and one past the source would read another image's
+    pixels or memory outside the batch (0 times a NaN read there is NaN)."""
+    from gpuaug.functional.geometry import axis_taps, tap_count
+
+    f = lambda *v: torch.tensor(v, dtype=torch.float32)  # noqa: E731
+    # a 3.7x downscale of the whole axis, a mirrored one, a 2x upscale of its last 20 pixels
+    scale, offset = f(3.7, -3.7, 0.5), f(0.0, 111.0, 90.0)
+    index, weight = axis_taps(scale, offset, (f(0, 0, 90), f(111, 111, 110)), (f(0, 0, 0), f(30, 30, 40)), 40,
+                              111, tap_count(3.7, cubic=cubic), cubic=cubic)
+    assert int(index.min()) == 0 and int(index.max()) == 110
+    expected = torch.ones(3, 40)
+    expected[:2, 30:] = 0  # outside valid: padding
+    assert torch.allclose(weight.sum(-1), expected, atol=1e-5)
+
+
 @pytest.mark.parametrize("overshoot", [1e-6, 0.01, 0.5])
 def test_color_ops_stay_finite_on_accepted_float_input_outside_0_1(kernel_path, overshoot):
     """Float input is accepted within [-0.5, 1.5] (resampled [0, 1] images overshoot a little).
