@@ -655,6 +655,20 @@ def test_rotation_matches_torchvision(small_photos, angle, kernel_path):
         assert (out[i] - ref).abs().max() < 1e-3  # corners too: torchvision's fill rule
 
 
+def test_functional_warp_affine_rotates_as_torchvision_per_sample(small_photos):
+    """The public kernels: ``warp_affine`` with ``rotation_matrix``, by their defaults (bilinear,
+    torchvision's fill rule), each sample its own angle."""
+    x = torch.stack(small_photos)
+    angles = torch.tensor([30.0, -12.5, 90.0, 170.0, 3.0])[: len(x)]
+    fill = torch.tensor([0.2, 0.5, 0.8])
+    for f in (None, fill):
+        out = gaF.warp_affine(x, gaF.rotation_matrix(angles, *x.shape[-2:]), f)
+        for i in range(len(x)):
+            ref = TF.rotate(x[i], float(angles[i]), interpolation=InterpolationMode.BILINEAR,
+                            fill=0 if f is None else f.tolist())
+            assert (out[i] - ref).abs().max() < 1e-3
+
+
 @pytest.mark.parametrize("center", [(10, 20), (100.5, 90), (-30, 50)])
 @pytest.mark.parametrize("odd", [False, True], ids=["even sizes", "odd sizes"])
 def test_rotation_about_a_center_matches_torchvision(small_photos, kernel_path, center, odd):
