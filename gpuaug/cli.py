@@ -89,8 +89,8 @@ def _check_bench_flags(args: argparse.Namespace, parser: argparse.ArgumentParser
 
     other = given(AUGMENT_FLAGS if args.loader else LOADER_FLAGS)
     if other:
-        parser.error(f"{other}: " + ("used only with --loader" if not args.loader else
-                                     "not used by --loader" + (", which has no chart (use --json)" if args.plot is not None else "")))
+        no_chart = ", which has no chart (use --json)" if args.plot is not None else ""
+        parser.error(f"{other}: " + ("not used by --loader" + no_chart if args.loader else "used only with --loader"))
     if args.loader and args.device and len(args.device) > 1:
         parser.error(f"--loader runs gpuaug on one device, got --device {' --device '.join(args.device)}")
     sized = given(["batch_sizes", "repeats", "files"]) if args.quick else ""
