@@ -35,6 +35,9 @@ def pipe(*ops):
         (torch.zeros(2, 4, 8, 8, dtype=torch.uint8), ValueError, "got 4 (shape (2, 4, 8, 8)) (RGBA? keep the color"),
         (torch.zeros(0, 3, 8, 8, dtype=torch.uint8), ValueError, "non-empty"),
         (torch.zeros(2, 3, 0, 8, dtype=torch.uint8), ValueError, "non-zero height"),
+        (torch.zeros(2, 3, 8, 0, dtype=torch.uint8), ValueError, "non-zero height and width"),
+        ([torch.zeros(0, 3, 8, 8, dtype=torch.uint8), torch.zeros(0, 3, 8, 9, dtype=torch.uint8)], ValueError,
+         "one (non-zero) frame count, got [0, 0]"),
         (torch.zeros(2, 0, 3, 8, 8, dtype=torch.uint8), ValueError, "at least one frame"),
         ([], ValueError, "non-empty"),
         ([torch.zeros(3, 8, 8, dtype=torch.uint8), "x.jpg"], TypeError, "item 1 is str"),
@@ -94,6 +97,20 @@ def test_bad_packed_images():
         ga.PackedImages.pack([x, x.numpy()])
     with pytest.raises(TypeError, match=r"a list of images .* got one tensor of shape \(2, 3, 4, 5\)"):
         ga.PackedImages.pack(torch.stack([x, x]))  # was torch's "Boolean value of Tensor ... is ambiguous"
+
+
+def test_packed_images_of_one_size_are_read_as_their_stacked_batch_one_image_too():
+    """A PackedImages whose images share a size is a batch, one image included; a zero side among
+    color images is named without the hint for gray files among color ones."""
+    gen = torch.Generator().manual_seed(0)
+    images = [torch.randint(0, 256, (3, 12, 16), dtype=torch.uint8, generator=gen) for _ in range(3)]
+    for batch in (images, images[:1]):
+        out, ref = (ga.Pipeline(ga.RandomResizedCrop(8), ga.RandomHorizontalFlip(), device="cpu", seed=0)(given)
+                    for given in (ga.PackedImages.pack(batch), torch.stack(batch)))
+        assert torch.equal(out, ref)
+    with pytest.raises(ValueError) as info:
+        pipe()(ga.PackedImages.pack([images[0], images[0][:, :0]]))
+    assert "non-zero height" in str(info.value) and "ImageReadMode.RGB" not in str(info.value)
 
 
 def test_ragged_list_without_fixed_output_size():
@@ -494,9 +511,10 @@ def test_float_images_far_outside_0_1_are_refused(photos, mistake):
         with pytest.raises(ValueError, match=r"expected float images in \[0, 1\]") as info:
             pipe(given)
         assert ("NaN values" in str(info.value)) == (mistake == "nan")  # not "values in [nan, nan]"
-    for given in (torch.stack([image, image, bad]), [image, bad], torch.stack([image, bad])[None],
-                  ga.PackedImages.pack([image, bad[:, :100]])):  # not image 0
-        with pytest.raises(ValueError, match=r"expected float images in \[0, 1\].*\((image [12]|clip 0, frame 1)\b") as info:
+    for given, which in ((torch.stack([image, image, bad]), "image 2"), ([image, bad], "image 1"),
+                         ([image, image, bad[:, :100]], "image 2"), (torch.stack([image, bad])[None], "clip 0, frame 1"),
+                         (ga.PackedImages.pack([image, bad[:, :100]]), "image 1")):  # not image 0: the one named
+        with pytest.raises(ValueError, match=r"expected float images in \[0, 1\].*\(" + which + r"\b") as info:
             pipe(given)
         assert ("NaN values" in str(info.value)) == (mistake == "nan")
     overshoot = v2.functional.resize(image, [150, 225], interpolation=v2.InterpolationMode.BICUBIC, antialias=True)
