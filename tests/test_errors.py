@@ -528,7 +528,7 @@ def test_the_float_range_taken_is_the_readmes_minus_half_to_one_and_a_half(photo
     as the grid may miss one."""
     pipe = ga.Pipeline(ga.RandomResizedCrop(32), device="cpu", seed=0)
     image = to_float(photos[0])[:, :64, :64].clone()
-    for value, taken in ((1.49, True), (1.51, False), (-0.49, True), (-0.51, False)):
+    for value, taken in ((1.5, True), (1.51, False), (-0.5, True), (-0.51, False)):  # the bounds are taken
         edited = image.clone()
         edited[:, :32, :32] = value
         for given in (edited[None], [image, edited]):
