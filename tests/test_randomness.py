@@ -602,6 +602,7 @@ def test_a_cpu_chunk_keeps_every_tap_any_of_its_samples_weighs():
     assert torch.equal(kept_weight, weight[..., :3])
     assert torch.equal(kept_index, torch.where(weight[..., :3] != 0, index[..., :3], index[..., :1]))
     full = torch.full((2, 3, 4), 0.25)  # every tap weighed: all kept
-    assert torch.equal(cpu._used_taps(index, full)[1], full) and torch.equal(cpu._used_taps(index, full)[0], index)
+    kept_index, kept_weight = cpu._used_taps(index, full)
+    assert torch.equal(kept_weight, full) and torch.equal(kept_index, index)
     none = torch.zeros(2, 3, 4)  # nothing weighed (a chunk of padding): one tap, reading nothing
     assert cpu._used_taps(index, none)[1].shape == (2, 3, 1)

@@ -1001,15 +1001,19 @@ def test_crop_boxes_find_plain_crops_only(photos, monkeypatch):
     assert found[-2][-1].tolist() == [False, False] and found[-1][-1].tolist() == [True, True]
 
 
+def _floats(values) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float32)
+
+
 def test_single_taps_takes_maps_that_only_move_pixels():
     """The CPU gathers pixels where each output pixel reads one source pixel whole (a crop, a
     flip, padding); any map that blends (a resize, a half-pixel shift) keeps its taps."""
-    from gpuaug.functional.geometry import axis_taps, single_taps, tap_count
+    from gpuaug.functional.geometry import single_taps
 
     def taps(scale, offset, window, valid):
-        f = lambda v: torch.tensor(v, dtype=torch.float32)  # noqa: E731
-        return axis_taps(f(scale), f(offset), (f(window[0]), f(window[1])), (f(valid[0]), f(valid[1])), 5, 40,
-                         tap_count(1.5))
+        f = _floats
+        return gaF.axis_taps(f(scale), f(offset), (f(window[0]), f(window[1])), (f(valid[0]), f(valid[1])), 5, 40,
+                             gaF.tap_count(1.5))
 
     # the crop [10, 15), that crop mirrored, and [10, 13) after 2 pixels of padding
     index, weight = single_taps(*taps([1, -1, 1], [10, 15, 8], ([10, 10, 10], [15, 15, 13]), ([0, 0, 2], [5, 5, 5])))
@@ -1040,13 +1044,11 @@ def test_axis_taps_index_only_source_pixels(cubic):
     """Every tap's index lies in ``[0, src_size)``, the taps past the filter (weight 0) included:
     the resampling gathers all of them, and one past the source would read another image's
     pixels or memory outside the batch (0 times a NaN read there is NaN)."""
-    from gpuaug.functional.geometry import axis_taps, tap_count
-
-    f = lambda *v: torch.tensor(v, dtype=torch.float32)  # noqa: E731
+    f = _floats
     # a 3.7x downscale of the whole axis, a mirrored one, a 2x upscale of its last 20 pixels
-    scale, offset = f(3.7, -3.7, 0.5), f(0.0, 111.0, 90.0)
-    index, weight = axis_taps(scale, offset, (f(0, 0, 90), f(111, 111, 110)), (f(0, 0, 0), f(30, 30, 40)), 40,
-                              111, tap_count(3.7, cubic=cubic), cubic=cubic)
+    scale, offset = f([3.7, -3.7, 0.5]), f([0.0, 111.0, 90.0])
+    index, weight = gaF.axis_taps(scale, offset, (f([0, 0, 90]), f([111, 111, 110])), (f([0, 0, 0]), f([30, 30, 40])),
+                                  40, 111, gaF.tap_count(3.7, cubic=cubic), cubic=cubic)
     assert int(index.min()) == 0 and int(index.max()) == 110
     expected = torch.ones(3, 40)
     expected[:2, 30:] = 0  # outside valid: padding
