@@ -1322,6 +1322,9 @@ def test_bad_arguments():
     for not_a_tensor in (Image.new("RGB", (8, 8)), np.zeros((8, 8, 3), np.uint8), "a.jpg"):
         with pytest.raises(TypeError, match=f"uint8 \\(3, H, W\\) tensors.*got {type(not_a_tensor).__name__} at item 0"):
             collate([(not_a_tensor, 0)])
+    # the item's place in the batch as it came: a bad file before it counts (it said item 0 here)
+    with pytest.raises(TypeError, match="got str at item 1"):
+        collate([(BadFile("a.jpg", "damaged"), 0), ("b.jpg", 1)])
     for item, words in ((torch.zeros(3, 4, 4, dtype=torch.uint8), r"a tensor of shape \(3, 4, 4\) at item 0 \(an image alone"),
                         (3, "got int at item 0"), ((torch.zeros(3, 4, 4, dtype=torch.uint8), 0, "x"), "got tuple of 3 at item 0")):
         with pytest.raises(TypeError, match=f"collate expects \\(image, label\\) items.*{words}"):

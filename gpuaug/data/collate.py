@@ -101,13 +101,13 @@ def collate(items) -> Batch:
             raise TypeError(f"collate expects (image, label) items, as gpuaug's datasets give, got {what} at item {i}"
                             + (" (an image alone? return (image, label) from the Dataset)"
                                if isinstance(item, torch.Tensor) else ""))
+    for i, (img, _) in enumerate(items):  # i: the item's place in the batch as it came, bad files counted
+        if not isinstance(img, (torch.Tensor, Encoded, BadFile)):
+            raise TypeError(f"collate expects (image, label) items with uint8 (3, H, W) tensors, as gpuaug's datasets "
+                            f"give (torchvision.io.decode_image in your own), got {type(img).__name__} at item {i}")
     good = [(img, y) for img, y in items if not isinstance(img, BadFile)]
     bad = [img for img, _ in items if isinstance(img, BadFile)]
     images = [img for img, _ in good]
-    for i, img in enumerate(images):
-        if not isinstance(img, (torch.Tensor, Encoded)):
-            raise TypeError(f"collate expects (image, label) items with uint8 (3, H, W) tensors, as gpuaug's datasets "
-                            f"give (torchvision.io.decode_image in your own), got {type(img).__name__} at item {i}")
     # Labels as DataLoader's default_collate makes them: ints -> int64 (B,), tensors stacked,
     # dicts and tuples collated per field, strings kept as a list. On the CPU whatever
     # torch.set_default_device says (default_collate makes int labels with no device): collate runs
