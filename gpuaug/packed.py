@@ -46,6 +46,8 @@ class PackedTensors(Sequence):
         rows = tuple(tuple(int(d) for d in s) for s in shapes)
         if self.NDIMS is not None and (len({len(s) for s in rows}) > 1 or any(len(s) not in self.NDIMS for s in rows)):
             raise ValueError(f"expected {self.SHAPES} in shapes, got {rows}")
+        if any(d < 0 for s in rows for d in s):  # a negative size could still add up to flat's length
+            raise ValueError(f"expected sizes >= 0 in shapes, got {rows}")
         offsets, total = [], 0
         for s in rows:
             offsets.append(total)

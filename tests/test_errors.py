@@ -84,6 +84,8 @@ def test_bad_packed_images():
     for make, words in [(lambda: ga.PackedImages(torch.zeros(2, 60), [(3, 4, 5)]), "1-D tensor for flat"),
                         (lambda: ga.PackedImages(torch.zeros(59), [(3, 4, 5)]), "hold 60 elements, flat has 59"),
                         (lambda: ga.PackedImages(torch.zeros(60), [(3, 20)]), "one (C, H, W) per image"),
+                        # -24 + 36 elements: taken, then torch's "invalid shape dimension -2" at the first view
+                        (lambda: ga.PackedImages(torch.zeros(12), [(3, -2, 4), (3, 3, 4)]), "sizes >= 0 in shapes, got ((3, -2, 4)"),
                         (lambda: ga.PackedImages.pack([]), "at least one image"),
                         (lambda: ga.PackedImages.pack([x, x[0]]), "item 1 is (4, 5)"),
                         (lambda: ga.PackedImages.pack([x, x[None]]), "item 1 is (1, 3, 4, 5)"),
