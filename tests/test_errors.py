@@ -213,6 +213,11 @@ def test_replayed_params_no_op_could_draw_for_these_images_are_refused():
         crop(swapped, params=params)
     with pytest.raises(ValueError, match=r"RandomResizedCrop, sample 0: .*image is 20x20"):
         crop(swapped, params=[{k: v.clone() for k, v in p.items()} for p in params])
+    # A ragged list: the size named is the bad sample's own image's (here the last one's).
+    ragged = [torch.rand(3, 20, 20), torch.rand(3, 40, 50)]
+    _, params = crop(ragged, return_params=True)
+    with pytest.raises(ValueError, match=r"RandomResizedCrop, sample 1: .*image is 20x20"):
+        crop(ragged[::-1], params=[{k: v.clone() for k, v in p.items()} for p in params])
     padded_params = padded(small, return_params=True)[1]
     with pytest.raises(ValueError, match="RandomCrop were drawn for images of other sizes"):
         padded(torch.rand(2, 3, 24, 20), params=padded_params)
