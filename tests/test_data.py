@@ -506,6 +506,50 @@ def test_the_size_check_reads_the_frame_header_libjpeg_decodes(photos):
     assert decoded > 1500
 
 
+def test_the_header_walk_reads_the_size_from_every_start_of_frame_marker():
+    """The JPEG standard's 13 start-of-frame markers (T.81 table B.1: 0xC0-0xCF but DHT 0xC4,
+    JPG 0xC8 and DAC 0xCC, as libjpeg's jdmarker.c lists them) each hold the frame's size, and the
+    walk reads it from each; the other three are segments it steps over to the next frame."""
+    from gpuaug.data.decode import jpeg_frame
+
+    def segment(marker: int, height: int, width: int) -> bytes:  # length 8: precision, size, 0 components
+        return bytes([0xFF, marker]) + struct.pack(">HBHHB", 8, 8, height, width, 0)
+
+    for marker in range(0xC0, 0xD0):
+        data = b"\xff\xd8" + segment(marker, 300, 400) + segment(0xC0, 30, 40)
+        expected = (0xC0, 30, 40) if marker in (0xC4, 0xC8, 0xCC) else (marker, 300, 400)
+        assert jpeg_frame(data) == expected, hex(marker)
+
+
+def test_the_pixel_limit_is_where_pil_refuses_images():
+    """Formats whose header check_size does not find are refused by PIL's own bomb check, which
+    must fall where check_size's does: MAX_PIXELS taken, one pixel more refused, by both."""
+    from gpuaug.data.decode import DecodeError, MAX_PIXELS, check_size
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    def png_header(height: int, width: int) -> bytes:  # IHDR, and the start of the data: what PIL's open reads
+        return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)) \
+            + chunk(b"IDAT", b"")
+
+    for width in (MAX_PIXELS, MAX_PIXELS + 1):
+        data = png_header(1, width)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            try:
+                Image.open(io.BytesIO(data)).close()
+                pil_refuses = False
+            except Image.DecompressionBombError:
+                pil_refuses = True
+        assert pil_refuses == (width > MAX_PIXELS)
+        if width > MAX_PIXELS:
+            with pytest.raises(DecodeError, match=f"absurd dimensions 1x{width}"):
+                check_size("a.png", torch.frombuffer(bytearray(data), dtype=torch.uint8))
+        else:
+            assert check_size("a.png", torch.frombuffer(bytearray(data), dtype=torch.uint8)) == (1, width)
+
+
 def test_a_jpeg_cut_anywhere_before_its_frame_header_has_no_size_and_fails_as_damaged(photos):
     """Every start of a JPEG, up to a few bytes past its frame header: the header walk finds no
     frame (or the whole one), never reads past the bytes it has (a cut right after a marker left
@@ -767,7 +811,7 @@ def _bad_files(tmp_path, photos):
     bare = webp[:12] + webp[20:]
     (tmp_path / "huge_bare.webp").write_bytes(bare[:4] + struct.pack("<I", len(bare) - 8) + bare[8:])
     return good, {
-        "truncated.jpg": "Image is incomplete or truncated", "empty.jpg": "empty", "text.jpg": "not an image format",
+        "truncated.jpg": "Image is incomplete or truncated", "empty.jpg": "empty file (0 bytes)", "text.jpg": "not an image format",
         "directory.jpg": "cannot read ([Errno 21] Is a directory", "missing.jpg": "cannot read ([Errno 2] No such file", "huge.jpg": "absurd dimensions", "huge.gif": "absurd dimensions",
         "huge.bmp": "absurd dimensions", "huge_late_header.jpg": "absurd dimensions",
         "huge_late_header.gif": "absurd dimensions", "many_scans.jpg": "too many scans",
@@ -816,7 +860,8 @@ def test_bad_file_raises_decode_error_naming_path_and_cause(tmp_path, photos, ki
     with pytest.raises(ga.DecodeError) as info:  # ...the main process does, with path and cause
         list(loader)
     assert info.value.path == str(tmp_path / kind)
-    assert causes[kind] in str(info.value) and str(tmp_path / kind) in str(info.value)
+    # (in the cause: the message holds the path too, and "empty.jpg" held "empty" whatever the cause)
+    assert causes[kind] in info.value.cause and str(info.value).startswith(str(tmp_path / kind))
     assert ".cpp" not in info.value.cause  # the codec's own words, not its source file on torchvision's build machine
 
 
