@@ -521,6 +521,35 @@ def test_the_header_walk_reads_the_size_from_every_start_of_frame_marker():
         assert jpeg_frame(data) == expected, hex(marker)
 
 
+def test_webp_size_reads_each_header_kind_down_to_its_last_byte(photos):
+    """webp_size on every WEBP header kind (VP8X, VP8, VP8L, and a bitstream right after the RIFF
+    header, which libwebp's WebPGetFeatures reads as one): the photo's own size from the shortest
+    start that holds it, None one byte shorter, and None for a lossy key frame whose start code is
+    damaged (libwebp refuses that file too)."""
+    from torchvision.io import decode_image
+
+    from gpuaug.data.codecs import quiet_torchvision_io
+    from gpuaug.data.decode import webp_size
+
+    photo = photos[2][:, :40, :56]
+
+    def bare(data: bytes) -> bytes:  # the chunk header dropped, the RIFF size mended
+        data = data[:12] + data[20:]
+        return data[:4] + struct.pack("<I", len(data) - 8) + data[8:]
+
+    lossy, lossless = _encoded(photo, "WEBP", quality=80), _encoded(photo, "WEBP", lossless=True)
+    extended = _encoded(photo, "WEBP", quality=80, exif=b"Exif\x00\x00II*\x00\x08\x00\x00\x00\x00\x00")
+    assert (lossy[12:16], lossless[12:16], extended[12:16]) == (b"VP8 ", b"VP8L", b"VP8X")
+    for data, shortest in [(extended, 30), (lossy, 30), (lossless, 25), (bare(lossy), 22), (bare(lossless), 17)]:
+        assert webp_size(data) == webp_size(data[:shortest]) == (40, 56)
+        assert webp_size(data[:shortest - 1]) is None
+    damaged = bytearray(lossy)
+    damaged[23] ^= 0xFF  # the first byte of the key frame's start code 9d 01 2a
+    assert webp_size(bytes(damaged)) is None
+    with pytest.raises(RuntimeError), quiet_torchvision_io():
+        decode_image(torch.frombuffer(damaged, dtype=torch.uint8))
+
+
 def test_the_pixel_limit_is_where_pil_refuses_images():
     """Formats whose header check_size does not find are refused by PIL's own bomb check, which
     must fall where check_size's does: MAX_PIXELS taken, one pixel more refused, by both."""
