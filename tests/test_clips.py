@@ -363,6 +363,13 @@ def test_pack_reruns_only_what_changed_and_force_rewrites_all(frames_root, tmp_p
     assert main(["pack", str(src), str(dst), "--no-progress"]) == 0
     assert "packed 0 videos" in capsys.readouterr().out and _pack_times(dst) == first
     assert ga.data.pack_folder(src, dst, progress=False) == (0, 3, 0)
+    # Strictly newer: a pack whose time is its newest frame's (the same clock tick) is not current.
+    video, pack = src / "class0" / "video0", dst / "class0" / "video0.pack"
+    frames = sorted(str(p) for p in video.iterdir())
+    newest = max(max(st.st_mtime_ns, st.st_ctime_ns) for st in map(os.stat, [video, *frames]))
+    for written, current in ((newest, False), (newest + 1, True)):
+        os.utime(pack, ns=(written, written))
+        assert ga.data.clips.pack_is_current(pack, video, frames) is current
 
     frame = src / "class0" / "video0" / "frame_0007.jpg"  # rewritten in place, its old time kept (cp -p)
     old_time = frame.stat().st_mtime
