@@ -1042,6 +1042,7 @@ def test_loader_stats_count_the_wait_for_data_apart_from_the_step():
     stats = loader.stats
     assert (stats.batches, stats.images) == (3, 6)
     assert 0.09 <= stats.data_wait_s < 0.25 and stats.wait_per_batch_ms >= 30  # with the step it would be >= 0.29
+    assert stats.wait_per_batch_ms == pytest.approx(stats.data_wait_s * 1000 / 3)  # milliseconds per batch
     assert stats.elapsed_s >= 0.39 and stats.images_per_s == pytest.approx(6 / stats.elapsed_s)
     assert "3 batches, 6 images" in str(stats)
 
