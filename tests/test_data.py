@@ -1037,6 +1037,7 @@ def test_loader_stats_count_the_wait_for_data_apart_from_the_step():
                 yield torch.zeros(2, 3, 8, 8, dtype=torch.uint8), torch.zeros(2)
 
     loader = ga.DeviceLoader(Slow(), device="cpu")
+    assert str(loader.stats) == "0 batches, 0 images, 0.0 img/s, data wait 0.00 ms/batch, 0 samples skipped"  # not yet run
     for _ in loader:
         time.sleep(0.1)
     stats = loader.stats
