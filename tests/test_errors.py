@@ -126,6 +126,9 @@ def test_ragged_list_without_fixed_output_size():
 def test_normalize_channel_mismatch():
     with pytest.raises(ValueError, match="3 channels of mean/std, images have 1"):
         pipe(ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD))(torch.zeros(2, 1, 8, 8, dtype=torch.uint8))
+    for mean, std in ((ga.IMAGENET_MEAN, 0.5), (0.5, ga.IMAGENET_STD)):  # three values on either side count
+        with pytest.raises(ValueError, match="3 channels of mean/std, images have 1"):
+            pipe(ga.Normalize(mean, std))(torch.zeros(2, 1, 8, 8, dtype=torch.uint8))
 
 
 def test_bad_replayed_params():
