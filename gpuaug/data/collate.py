@@ -101,10 +101,9 @@ def collate(items) -> Batch:
             raise TypeError(f"collate expects (image, label) items, as gpuaug's datasets give, got {what} at item {i}"
                             + (" (an image alone? return (image, label) from the Dataset)"
                                if isinstance(item, torch.Tensor) else ""))
-    for i, (img, _) in enumerate(items):  # i: the item's place in the batch as it came, bad files counted
-        if not isinstance(img, (torch.Tensor, Encoded, BadFile)):
+        if not isinstance(item[0], (torch.Tensor, Encoded, BadFile)):  # i counts bad files too
             raise TypeError(f"collate expects (image, label) items with uint8 (3, H, W) tensors, as gpuaug's datasets "
-                            f"give (torchvision.io.decode_image in your own), got {type(img).__name__} at item {i}")
+                            f"give (torchvision.io.decode_image in your own), got {type(item[0]).__name__} at item {i}")
     good = [(img, y) for img, y in items if not isinstance(img, BadFile)]
     bad = [img for img, _ in items if isinstance(img, BadFile)]
     images = [img for img, _ in good]
