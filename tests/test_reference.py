@@ -147,9 +147,9 @@ def test_resize_output_sizes_over_a_batch_of_many_sizes_are_torchvisions(size, m
                                                list(size) if isinstance(size, tuple) else [size], max_size))
             for hw in sizes]
     assert (got.per_image or [got.uniform] * len(sizes)) == want
-    if size is None:  # the shorter side 64 * 20 / 1999 -> 0 pixels
+    if size is None:  # the shorter side 64 * 20 / 1999 -> 0 pixels (64 * 40 / 1999 -> 1 before it: taken)
         with pytest.raises(ValueError, match=r"of a 20x1999 image gives a side of 0 pixels"):
-            op.output_sizes(Sizes(per_image=[(300, 400), (20, 1999)]))
+            op.output_sizes(Sizes(per_image=[(300, 400), (40, 1999), (20, 1999)]))
 
 
 @pytest.mark.parametrize("size", [(9, 12), (40, 31)])
