@@ -533,14 +533,10 @@ def test_webp_size_reads_each_header_kind_down_to_its_last_byte(photos):
 
     photo = photos[2][:, :40, :56]
 
-    def bare(data: bytes) -> bytes:  # the chunk header dropped, the RIFF size mended
-        data = data[:12] + data[20:]
-        return data[:4] + struct.pack("<I", len(data) - 8) + data[8:]
-
     lossy, lossless = _encoded(photo, "WEBP", quality=80), _encoded(photo, "WEBP", lossless=True)
     extended = _encoded(photo, "WEBP", quality=80, exif=b"Exif\x00\x00II*\x00\x08\x00\x00\x00\x00\x00")
     assert (lossy[12:16], lossless[12:16], extended[12:16]) == (b"VP8 ", b"VP8L", b"VP8X")
-    for data, shortest in [(extended, 30), (lossy, 30), (lossless, 25), (bare(lossy), 22), (bare(lossless), 17)]:
+    for data, shortest in [(extended, 30), (lossy, 30), (lossless, 25), (_bare_webp(lossy), 22), (_bare_webp(lossless), 17)]:
         assert webp_size(data) == webp_size(data[:shortest]) == (40, 56)
         assert webp_size(data[:shortest - 1]) is None
     damaged = bytearray(lossy)
@@ -837,8 +833,7 @@ def _bad_files(tmp_path, photos):
     webp = bytearray(_encoded(photos[2][:, :40, :40], "WEBP", lossless=True))
     assert webp[12:16] == b"VP8L" and webp[20] == 0x2F
     webp[21:25] = ((int.from_bytes(webp[21:25], "little") & ~((1 << 28) - 1)) | 16382 << 14 | 16382).to_bytes(4, "little")
-    bare = webp[:12] + webp[20:]
-    (tmp_path / "huge_bare.webp").write_bytes(bare[:4] + struct.pack("<I", len(bare) - 8) + bare[8:])
+    (tmp_path / "huge_bare.webp").write_bytes(_bare_webp(bytes(webp)))
     return good, {
         "truncated.jpg": "Image is incomplete or truncated", "empty.jpg": "empty file (0 bytes)", "text.jpg": "not an image format",
         "directory.jpg": "cannot read ([Errno 21] Is a directory", "missing.jpg": "cannot read ([Errno 2] No such file", "huge.jpg": "absurd dimensions", "huge.gif": "absurd dimensions",
@@ -847,6 +842,13 @@ def _bad_files(tmp_path, photos):
         "huge_after_stuffed_zero.jpg": "absurd dimensions", "many_markers.jpg": "more than 10000 markers before its frame",
         "huge_bare.webp": "absurd dimensions 16383x16383",
     }
+
+
+def _bare_webp(data: bytes) -> bytes:
+    """A WEBP with its first chunk's header dropped (its bitstream right after the RIFF header,
+    as libwebp still reads it), the RIFF size mended."""
+    data = data[:12] + data[20:]
+    return data[:4] + struct.pack("<I", len(data) - 8) + data[8:]
 
 
 def _encoded(photo: torch.Tensor, fmt: str, **save_args) -> bytes:
