@@ -187,6 +187,60 @@ def test_all_buffers_lent_gives_fresh_memory_and_a_failed_batch_gives_its_buffer
     assert big.untyped_storage().nbytes() >= 10**6 and worker_memory.lent_slot(big)[1] == 0
 
 
+def test_only_the_batch_sent_on_is_given_away(in_a_worker):
+    """Of two batches the main process holds, pickling one keeps its worker off that one's buffer
+    for good; the other's comes back as usual when it is dropped."""
+    like = torch.empty(0, dtype=torch.uint8)
+    held = []
+    for _ in range(2):
+        with worker_memory.reusing():
+            slot = worker_memory.lent_slot(worker_memory.output(like, 100))
+        held.append(torch.zeros(100, dtype=torch.uint8))  # the main process's copy of that batch
+        worker_memory.received(held[-1], *slot)
+    flags = worker_memory._flags
+    worker_memory.given_away(held[1])
+    assert flags[:2].tolist() == [worker_memory.LENT, worker_memory.GIVEN_AWAY]
+    del held[0]
+    worker_memory.received(torch.zeros(1), flags, 5)  # looks again: the first died
+    assert flags[:2].tolist() == [worker_memory.FREE, worker_memory.GIVEN_AWAY]
+
+
+def test_a_fresh_worker_lends_nothing_before_collate_runs():
+    """A worker's first output() outside ``reusing()`` (a Dataset packing its own images) takes
+    fresh memory, not a slot that would never come back."""
+    code = ("import types, torch; from gpuaug import worker_memory as wm\n"
+            "torch.utils.data.get_worker_info = lambda: types.SimpleNamespace(id=0)\n"
+            "t = wm.output(torch.empty(0, dtype=torch.uint8), 100)\n"
+            "print(t.is_shared(), wm.lent_slot(t), len(wm._slots))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.split() == ["True", "None", "0"], run.stdout + run.stderr[-2000:]
+
+
+class NotStacked(Dataset):
+    """After a stacked batch (so the worker has buffers): every file bad (``images`` is an empty
+    list), then uint8 and float images (kept as a list: neither stacked nor packed)."""
+
+    def __len__(self):
+        return 6
+
+    def __getitem__(self, i):
+        if i in (2, 3):
+            return ga.data.BadFile(f"{i}.jpg", "empty file (0 bytes)"), i
+        return torch.full((3, 4 + (i == 5), 5), i, dtype=torch.float32 if i == 5 else torch.uint8), i
+
+
+def test_batches_without_a_buffer_cross_from_workers():
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("fork not available here")
+    loader = DataLoader(NotStacked(), batch_size=2, num_workers=1, collate_fn=collate, timeout=60,  # a batch
+                        multiprocessing_context=multiprocessing.get_context("fork"))  # failing to pickle is lost
+    (stacked, _, _), (none, _, bad), (mixed, labels, _) = list(loader)
+    assert isinstance(stacked, torch.Tensor) and stacked.is_shared()
+    assert none == [] and [b.path for b in bad] == ["2.jpg", "3.jpg"]
+    assert [t.dtype for t in mixed] == [torch.uint8, torch.float32] and labels.tolist() == [4, 5]
+    assert all(bool((t == y).all()) for t, y in zip(mixed, labels))
+
+
 def test_outside_collate_or_a_worker_nothing_is_lent(in_a_worker, monkeypatch):
     like = torch.empty(0, dtype=torch.uint8)
     assert worker_memory.lent_slot(worker_memory.output(like, 100)) is None  # not within reusing()
