@@ -122,9 +122,12 @@ def test_bench_rejects_bad_arguments_naming_what_came(args, words, capsys):
     assert e.value.code == 2 and words in capsys.readouterr().err
 
 
-def test_an_unknown_command_is_refused():
-    with pytest.raises(SystemExit):
-        main(["frobnicate"])
+@pytest.mark.parametrize("argv, words", [(["frobnicate"], "invalid choice: 'frobnicate'"),
+                                         ([], "the following arguments are required: command")])
+def test_an_unknown_or_missing_command_is_refused(argv, words, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and words in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("args", [["bench", "--quick"], ["bench", "--loader", "--quick"], ["profile", "."]])
@@ -146,6 +149,16 @@ def test_unwritable_output_paths_fail_before_the_run(args, tmp_path, monkeypatch
         with pytest.raises(SystemExit) as e:
             main([*args, flag, str(path)])
         assert e.value.code == 2 and words in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--json", "--plot"])
+def test_an_existing_output_file_is_written_over(flag, tmp_path, monkeypatch):
+    if flag == "--plot":
+        pytest.importorskip("matplotlib")
+    old = tmp_path / ("old.json" if flag == "--json" else "old.png")
+    old.write_text("from an earlier run")
+    given = _arguments_given(monkeypatch, "gpuaug.bench", "run", ["bench", "--quick", flag, str(old)])
+    assert given["batch_sizes"] == [16]  # the run was reached: the path was taken
 
 
 def test_a_chart_format_matplotlib_cannot_write_fails_before_the_run(tmp_path, monkeypatch, capsys):
@@ -277,6 +290,7 @@ def test_bench_gives_its_run_the_defaults_its_help_states(argv, expected, monkey
     (["bench", "--loader", "--quick", "--no-progress", "--num-workers", "0", "--step-ms", "1"],
      dict(n_files=48, num_workers=0, batch_size=16, step_ms=1.0, progress=False)),
     (["bench", "--loader", "--files", "1", "--device", "cpu"], dict(n_files=1, device="cpu")),  # 1 file is allowed
+    (["bench", "--loader", "--step-ms", "0"], dict(step_ms=0.0)),  # no training step: the loader alone
 ])
 def test_bench_loader_gives_its_run_the_defaults_its_help_states(argv, expected, monkeypatch):
     given = _arguments_given(monkeypatch, "gpuaug.bench_loader", "run", argv)
@@ -286,6 +300,8 @@ def test_bench_loader_gives_its_run_the_defaults_its_help_states(argv, expected,
 @pytest.mark.parametrize("argv, expected", [
     (["profile", "d"], dict(directory="d", max_files=256, step_ms=20.0, device=None, batch_size=32, progress=True)),
     (["profile", "d", "--no-progress", "--batch-size", "4"], dict(batch_size=4, progress=False)),
+    (["profile", "d", "--max-files", "1", "--batch-size", "1", "--step-ms", "0"],  # the smallest allowed
+     dict(max_files=1, batch_size=1, step_ms=0.0)),
     (["pack", "s", "d"], dict(src="s", dst="d", progress=True, on_error="raise", force=False)),
     (["pack", "s", "d", "--no-progress", "--force", "--on-error", "skip"], dict(progress=False, on_error="skip",
                                                                                 force=True)),
