@@ -68,6 +68,7 @@ def test_every_library_runs_the_same_ops_with_the_same_arguments():
     tv = [t for t in bench.torchvision_transform().transforms if type(t).__name__ != "ToDtype"]
     ours = list(bench.gpuaug_pipeline("cpu").ops)
     assert [type(t).__name__ for t in tv] == [type(t).__name__ for t in ours]
+    assert tuple(tv[0].size) == (224, 224)  # the README's RandomResizedCrop(224)
     for a, b in zip(tv, ours):
         for name in ("size", "scale", "ratio", "degrees", "brightness", "contrast", "saturation", "hue", "p", "mean", "std"):
             if hasattr(a, name):
@@ -89,6 +90,35 @@ def test_every_library_runs_the_same_ops_with_the_same_arguments():
     assert (-jitter._param_generator.hue, jitter._param_generator.hue) == pytest.approx(tv[3].hue)
     assert normalize.flags["mean"].tolist() == pytest.approx(tv[4].mean)
     assert normalize.flags["std"].tolist() == pytest.approx(tv[4].std)
+
+
+def test_cpu_rows_run_on_one_thread_and_the_threads_come_back(monkeypatch):
+    """Per worker core, as a DataLoader worker runs (the README's CPU figures say "one thread")."""
+    threads = []
+
+    def timed(fn, device, repeats, warmup=1, calls=1):
+        threads.append(torch.get_num_threads())
+        return 1.0
+
+    monkeypatch.setattr(bench, "median_seconds", timed)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        rows = bench.run(["cpu"], [2], repeats=1, progress=False)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert len(threads) == len(rows) >= 4 and set(threads) == {1}
+    assert all(r["device"].endswith(", 1 thread)") for r in rows)
+
+
+def test_run_has_the_defaults_of_the_command():
+    import inspect
+
+    from gpuaug.cli import AUGMENT_FLAGS
+
+    defaults = {k: p.default for k, p in inspect.signature(bench.run).parameters.items()}
+    assert list(defaults["batch_sizes"]) == AUGMENT_FLAGS["batch_sizes"] and defaults["repeats"] == AUGMENT_FLAGS["repeats"]
 
 
 def test_back_to_back_timing_waits_once_per_repeat(monkeypatch):
