@@ -31,7 +31,10 @@ def select_device(device: str | int | torch.device | None = None) -> torch.devic
             raise ValueError(f"LOCAL_RANK should be an integer, got {local_rank!r}") from None
         if rank >= count == 1:  # a launcher that shows each rank its own GPU alone (CUDA_VISIBLE_DEVICES per rank)
             return torch.device("cuda", 0)
-        if not 0 <= rank < count:
+        if rank < 0:  # (-1: some launchers' "not distributed"; which GPU that means is the user's to say)
+            raise ValueError(f"LOCAL_RANK={rank} is not a GPU index (expected 0 to {count - 1}): unset LOCAL_RANK, "
+                             f"pass device= to the Pipeline or set GPUAUG_DEVICE")
+        if rank >= count:
             raise ValueError(f"LOCAL_RANK={rank} but only {count} CUDA device(s) are visible (CUDA_VISIBLE_DEVICES="
                              f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): pass device= to the Pipeline "
                              f"or set GPUAUG_DEVICE")

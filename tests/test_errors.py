@@ -441,15 +441,17 @@ def test_select_device_rule_with_gpus(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     assert ga.select_device() == torch.device("cuda", os.getpid() % 4)
-    monkeypatch.setenv("LOCAL_RANK", "3")
-    assert ga.select_device() == torch.device("cuda", 3)  # torchrun's rank wins over the pid
+    for rank in range(4):
+        monkeypatch.setenv("LOCAL_RANK", str(rank))
+        assert ga.select_device() == torch.device("cuda", rank)  # torchrun's rank wins over the pid
     monkeypatch.setenv("GPUAUG_DEVICE", "cuda:1")
     assert ga.select_device() == torch.device("cuda", 1)  # the env wins over the rank
     assert ga.select_device("cuda:2") == torch.device("cuda", 2)  # the argument over everything
     with pytest.raises(ValueError, match="only 4 CUDA device"):
         ga.select_device("cuda:4")
     monkeypatch.delenv("GPUAUG_DEVICE")
-    for bad, words in (("4", "LOCAL_RANK=4 but only 4 CUDA device"), ("x", "LOCAL_RANK should be an integer")):
+    for bad, words in (("4", "LOCAL_RANK=4 but only 4 CUDA device"), ("-1", r"LOCAL_RANK=-1 is not a GPU index \(expected 0 to 3\)"),
+                       ("x", "LOCAL_RANK should be an integer")):
         monkeypatch.setenv("LOCAL_RANK", bad)
         with pytest.raises(ValueError, match=words):
             ga.select_device()
