@@ -26,6 +26,8 @@ def pipe(*ops):
         (torch.zeros(3, 8, 8, dtype=torch.uint8), ValueError, "one image? x[None] makes a batch of one"),
         (torch.zeros(2, 4, 8, 8, dtype=torch.uint8), ValueError, "1 or 3 channels"),
         (torch.zeros(2, 8, 9, 3, dtype=torch.uint8), ValueError, "channels last? .permute(0, 3, 1, 2)"),
+        (torch.zeros(2, 8, 9, 1, dtype=torch.uint8), ValueError, "got 8 (shape (2, 8, 9, 1)) (channels last? "
+         ".permute(0, 3, 1, 2)"),  # gray
         (torch.zeros(2, 4, 8, 9, 3, dtype=torch.uint8), ValueError, "shape (2, 4, 8, 9, 3)) (channels last? "
          ".permute(0, 1, 4, 2, 3) makes (B, T, C, H, W))"),
         ([torch.zeros(8, 9, 3, dtype=torch.uint8)] * 2, ValueError, "shape (8, 9, 3)) (channels last? each image's "
