@@ -39,6 +39,15 @@ def find_images(directory, max_files: int) -> list[str]:
     return paths[:max_files]
 
 
+def loader_settings(cores: int, device: torch.device) -> list[tuple[int, bool, int | None]]:
+    """The DataLoader settings the sweep times: ``(num_workers, pin_memory, prefetch_factor)`` for
+    0 workers, powers of two up to ``cores`` and ``cores`` itself; pinned and not on CUDA (on the
+    CPU pinning only copies); prefetch 2 (torch's default) and 4 with workers (None without)."""
+    workers = sorted({0, *[w for w in (1, 2, 4, 8, 16, 32) if w <= cores], cores})
+    return [(w, pin, pf) for w in workers for pin in ([False, True] if device.type == "cuda" else [False])
+            for pf in ([2, 4] if w > 0 else [None])]
+
+
 def _one_thread(fn):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -58,9 +67,7 @@ def run(directory, max_files: int = 256, step_ms: float = 20.0, device=None, bat
     device = select_device(device)
     paths = find_images(directory, max_files)
     cores = max_workers if max_workers is not None else (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-    workers = sorted({0, *[w for w in (1, 2, 4, 8, 16, 32) if w <= cores], cores})
-    sweep_plan = [(w, pin, pf) for w in workers for pin in ([False, True] if device.type == "cuda" else [False])
-                  for pf in ([2, 4] if w > 0 else [None])]
+    sweep_plan = loader_settings(cores, device)
     bar = progress_bar(total=4 + len(sweep_plan), desc="gpuaug profile", disable=not progress, unit="step")
 
     def read_all():

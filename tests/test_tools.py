@@ -63,6 +63,30 @@ def test_profile_prints_bottleneck_and_writes_json(jpeg_folder, tmp_path, capsys
         assert float(wait.rstrip("%")) == pytest.approx(100 * row["data_wait_fraction"], abs=0.051)
 
 
+def test_profile_sweeps_each_loader_setting_once():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda", 0)
+    assert gpuaug.profile.loader_settings(6, cpu) == [(0, False, None), (1, False, 2), (1, False, 4), (2, False, 2),
+                                                      (2, False, 4), (4, False, 2), (4, False, 4), (6, False, 2),
+                                                      (6, False, 4)]
+    assert gpuaug.profile.loader_settings(1, cuda) == [(0, False, None), (0, True, None), (1, False, 2), (1, False, 4),
+                                                       (1, True, 2), (1, True, 4)]
+
+
+def test_profile_rates_are_what_each_stage_did_over_its_time(tmp_path, monkeypatch):
+    """Each stage timed at 2 s (a stand-in clock): its rate is its count over 2 s."""
+    monkeypatch.setattr(gpuaug.profile, "_one_thread", lambda fn: (fn(), 2.0))
+    folder = make_jpeg_folder(tmp_path, n=8)
+    paths = gpuaug.profile.find_images(folder, 8)
+    assert len(paths) == 8
+    report = gpuaug.profile.run(folder, max_files=8, step_ms=0, device="cpu", batch_size=4, max_workers=0,
+                                progress=False)
+    stages = report["stages"]
+    assert stages["read"]["files_per_s"] == 4.0 and stages["read"]["unreadable"] == 0
+    assert stages["read"]["MB_per_s"] == pytest.approx(sum(os.path.getsize(p) for p in paths) / 2 / 1e6)
+    assert stages["decode"]["images_per_s_per_core"] == stages["torchvision_transforms"]["images_per_s_per_core"] == 4.0
+    assert [(r["num_workers"], r["prefetch_factor"]) for r in report["sweep"]] == [(0, None)]
+
+
 def test_simulated_loop_times_the_steady_state_after_its_warm_up(monkeypatch):
     """The workers' start (a long first wait) is timed apart, not spread over a short run's batches:
     `gpuaug profile` advised num_workers=0 on 8-batch runs because of it."""
