@@ -41,7 +41,7 @@ def find_images(directory, max_files: int) -> list[str]:
 
 def loader_settings(cores: int, device: torch.device) -> list[tuple[int, bool, int | None]]:
     """The DataLoader settings the sweep times: ``(num_workers, pin_memory, prefetch_factor)`` for
-    0 workers, powers of two up to ``cores`` and ``cores`` itself; pinned and not on CUDA (on the
+    0 workers, powers of two up to ``cores`` (32 at most) and ``cores`` itself; pinned and not on CUDA (on the
     CPU pinning only copies); prefetch 2 (torch's default) and 4 with workers (None without)."""
     workers = sorted({0, *[w for w in (1, 2, 4, 8, 16, 32) if w <= cores], cores})
     return [(w, pin, pf) for w in workers for pin in ([False, True] if device.type == "cuda" else [False])
