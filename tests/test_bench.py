@@ -115,10 +115,15 @@ def test_cpu_rows_run_on_one_thread_and_the_threads_come_back(monkeypatch):
 def test_run_has_the_defaults_of_the_command():
     import inspect
 
-    from gpuaug.cli import AUGMENT_FLAGS
+    from gpuaug import bench_loader
+    from gpuaug.cli import AUGMENT_FLAGS, LOADER_FLAGS
 
     defaults = {k: p.default for k, p in inspect.signature(bench.run).parameters.items()}
     assert list(defaults["batch_sizes"]) == AUGMENT_FLAGS["batch_sizes"] and defaults["repeats"] == AUGMENT_FLAGS["repeats"]
+    defaults = {k: p.default for k, p in inspect.signature(bench_loader.run).parameters.items()}
+    assert (defaults["n_files"], defaults["num_workers"], defaults["step_ms"]) == (
+        LOADER_FLAGS["files"], LOADER_FLAGS["num_workers"], LOADER_FLAGS["step_ms"])
+    assert defaults["batch_size"] == 32 and defaults["progress"] is True  # as the command passes them
 
 
 def test_back_to_back_timing_waits_once_per_repeat(monkeypatch):

@@ -180,6 +180,14 @@ def test_profile_on_a_folder_of_undecodable_images_names_one(tmp_path, capsys):
     assert "none of the 2 files" in err and "the first error: " + str(tmp_path / "b.png") + ": empty file" in err
 
 
+def test_loader_bench_rates_are_the_loops_images_and_wait_over_its_time(monkeypatch):
+    """Each loop timed by a stand-in at 2 s, 0.5 s of it waiting for data, 64 images."""
+    monkeypatch.setattr(gpuaug.bench_loader, "simulated_loop",
+                        lambda batches, step_ms, warmup: gpuaug.bench_loader.LoopTiming(2.0, 0.5, 64, 0.1))
+    rows = gpuaug.bench_loader.run(n_files=8, num_workers=0, batch_size=4, step_ms=0, device="cpu", progress=False)
+    assert [(r["loop_images_per_s"], r["data_wait_fraction"]) for r in rows] == [(32.0, 0.25)] * 2
+
+
 def test_loader_bench_quick(tmp_path, capsys):
     out = tmp_path / "loader.json"
     assert main(["bench", "--loader", "--quick", "--no-progress", "--device", "cpu", "--step-ms", "1",
