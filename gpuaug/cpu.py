@@ -57,7 +57,7 @@ def keep_freed_memory() -> bool:
     fresh 38.5 MB tensor (a batch of 64 float32 224x224 outputs) took 16 ms against 1 ms for reused
     memory. This makes glibc serve every allocation from its heap (no ``mmap`` per allocation; glibc
     still falls back to ``mmap`` when the heap cannot grow) and disables heap trimming (the same as
-    the environment variables ``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4294967296``), for the
+    the environment variables ``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647``), for the
     whole process: memory freed stays with the process for the next batch (resident memory stays at
     its peak). It changes no result. ``gpuaug bench`` calls it for every row it times.
 

@@ -3,6 +3,9 @@
 import importlib.util
 import json
 import os
+import platform
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -229,6 +232,42 @@ def test_keep_freed_memory_changes_no_result(photos):
     assert isinstance(ga.keep_freed_memory(), bool)
     pipe.manual_seed(0)
     assert (pipe(photos) == before).all()
+
+
+_MALLOC_PROBE = """
+import ctypes, sys, torch, gpuaug as ga
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = MallInfo2
+applied = ga.keep_freed_memory() if sys.argv[1] == "call" else None
+before = libc.mallinfo2()
+x = torch.empty(64 << 20, dtype=torch.uint8).fill_(1)
+during = libc.mallinfo2()
+del x
+after = libc.mallinfo2()
+print(applied, during.hblkhd - before.hblkhd, during.arena - before.arena, during.arena - after.arena)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or "glibc" not in " ".join(platform.libc_ver()),
+                    reason="glibc's mallopt/mallinfo2")
+def test_keep_freed_memory_serves_big_blocks_from_the_heap_and_keeps_them():
+    """What its docstring says, seen through glibc's own counts, in fresh processes: a 64 MiB
+    tensor comes from the heap rather than its own mmap, and the heap is not trimmed when it is
+    freed. Without the call the same tensor is mmapped (so the probe can tell the two apart)."""
+    def probe(arg):
+        out = subprocess.run([sys.executable, "-c", _MALLOC_PROBE, arg], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        applied, mapped, heap_grew, heap_shrank = out.stdout.split()
+        return applied, int(mapped), int(heap_grew), int(heap_shrank)
+
+    mib = 1 << 20
+    applied, mapped, heap_grew, heap_shrank = probe("call")
+    assert applied == "True"
+    assert mapped < 64 * mib and heap_grew >= 32 * mib and heap_shrank == 0  # some of it may be free heap already
+    assert probe("no-call")[1] >= 64 * mib
 
 
 def test_without_triton_sets_the_switch_for_the_call_only(monkeypatch):
