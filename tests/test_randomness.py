@@ -437,6 +437,31 @@ def test_a_ragged_batch_of_very_different_sizes_goes_in_chunks_of_like_sizes(nat
         assert torch.allclose(out[i], alone[0], atol=1e-5), i
 
 
+def test_cpu_chunks_without_the_c_kernel_hold_samples_that_take_the_same_color_passes(monkeypatch):
+    """Without the fused C kernel the CPU runs the color ops as torch passes per chunk and skips
+    those none of its samples needs, so a chunk holds samples of one group key (ColorJitter with
+    hue: how many blends each draws before hue); with one group the chunks are slices in the
+    batch's order."""
+    from gpuaug import cpu
+
+    monkeypatch.setenv("GPUAUG_NATIVE", "0")
+    seen = []
+    original = cpu.chunks
+    monkeypatch.setattr(cpu, "chunks", lambda *a, **k: seen.append(original(*a, **k)) or seen[-1])
+    x = torch.randint(0, 256, (32, 3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    jitter = ga.ColorJitter(0.4, 0.4, 0.4, 0.1)
+    out, params = ga.Pipeline(jitter, device="cpu", seed=0)(x, return_params=True)
+    key = jitter.group_key(params[0])
+    assert len(set(key.tolist())) > 1
+    assert sorted(i for part in seen[0] for i in part.tolist()) == list(range(32))  # every sample once
+    for part in seen[0]:
+        assert len(set(key[part].tolist())) == 1, (part, key)
+    seen.clear()
+    ga.Pipeline(ga.ColorJitter(0.4, 0.4, 0.4), device="cpu", seed=0)(x)  # no hue: one group
+    assert all(isinstance(part, slice) for part in seen[0])
+    assert [i for part in seen[0] for i in range(32)[part]] == list(range(32))
+
+
 def test_an_op_listed_twice_draws_twice(small_photos):
     flip = ga.RandomHorizontalFlip()
     x = torch.stack([to_float(small_photos[0])] * 64)
