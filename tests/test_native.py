@@ -153,3 +153,33 @@ def test_channels_last_equals_torchs_copy(monkeypatch, native_on):
         assert torch.equal(out[0], image)
     with pytest.raises(TypeError, match="uint8 CPU image"):
         native.channels_last(batch[0].float())
+
+
+def test_channels_last_sends_planar_rgb_rows_to_the_c_kernel_and_the_rest_to_torch(monkeypatch):
+    """layout.c reads three planes of contiguous rows: planar RGB (a crop of a stacked batch, one
+    row or one column too) goes to it, anything else (rows with a step, channels-last memory as
+    decoded, gray, empty) to torch's copy; all equal the image."""
+    if not native.available():
+        pytest.skip("no C compiler here")
+    lib, calls = native._library(), []
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(lib, name)
+
+        def gpuaug_planar_to_hwc3(self, *args):
+            calls.append(args[1:3])
+            return lib.gpuaug_planar_to_hwc3(*args)
+
+    monkeypatch.setitem(native._state, "lib", Spy())
+    g = torch.Generator().manual_seed(1)
+    batch = torch.randint(0, 256, (2, 3, 37, 53), dtype=torch.uint8, generator=g)
+    decoded = torch.randint(0, 256, (37, 53, 3), dtype=torch.uint8, generator=g).permute(2, 0, 1)
+    cases = [(batch[1], True), (batch[1, :, 5:30, 7:50], True), (batch[0, :, 4:5], True), (batch[0, :, :, 6:7], True),
+             (batch[1, :, :, ::2], False), (decoded, False), (batch[1, :1], False), (batch[1, :, :0], False)]
+    for image, to_kernel in cases:
+        calls.clear()
+        out = native.channels_last(image)
+        assert out.shape == (1, *image.shape) and out.is_contiguous(memory_format=torch.channels_last)
+        assert torch.equal(out[0], image)
+        assert calls == ([tuple(image.shape[1:])] if to_kernel else []), (tuple(image.shape), image.stride())
