@@ -78,11 +78,15 @@ def test_the_final_normalize_takes_both_stats_or_neither():
 
 
 @needs_kernel
-def test_too_many_steps_are_refused():
+@needs_kernel
+def test_too_many_steps_are_refused_and_the_most_allowed_run():
     x, out, index, _, _ = _args()
     ops = torch.zeros(2, native.MAX_STEPS + 1, dtype=torch.int32)
     with pytest.raises(ValueError, match="at most 64 color steps"):
         native.color_program(x, out, index, ops, torch.zeros(2, native.MAX_STEPS + 1))
+    x, out, index, ops, factors = _args(S=native.MAX_STEPS)  # 64 brightness steps, each 1.01
+    native.color_program(x, out, index, ops, factors.fill_(1.01))
+    assert torch.allclose(out, (x * 1.01 ** native.MAX_STEPS).clamp(0, 1), atol=1e-5)
 
 
 def test_disabled_by_environment(monkeypatch):
