@@ -155,8 +155,9 @@ def test_channels_last_equals_torchs_copy(monkeypatch, native_on):
         out = native.channels_last(image)
         assert out.shape == (1, *image.shape) and out.is_contiguous(memory_format=torch.channels_last)
         assert torch.equal(out[0], image)
-    with pytest.raises(TypeError, match="uint8 CPU image"):
-        native.channels_last(batch[0].float())
+    for wrong in (batch[0].float(), batch[:1], batch[0, 0]):  # float; (1, C, H, W); (H, W)
+        with pytest.raises(TypeError, match="expected a \\(C, H, W\\) uint8 CPU image"):
+            native.channels_last(wrong)
 
 
 def test_channels_last_sends_planar_rgb_rows_to_the_c_kernel_and_the_rest_to_torch(monkeypatch):
