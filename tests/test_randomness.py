@@ -249,6 +249,7 @@ def test_output_dtype_layout_and_range(photos):
     assert out.min() >= 0 and out.max() <= 1
     half = ga.Pipeline(ga.RandomResizedCrop(64), device="cpu", dtype=torch.float16)(photos)
     assert half.dtype == torch.float16
+    assert half.is_contiguous() and not half.is_contiguous(memory_format=torch.channels_last)  # on request only
 
 
 @pytest.mark.parametrize("native", ["1", "0"])
