@@ -286,3 +286,22 @@ def test_tf32_matmuls_allowed_leave_float32_exact(photos, monkeypatch, kernels):
     # A rotation's inside/outside test may flip on a boundary pixel between the two warps' rounding.
     assert (err > 1e-3).float().mean() < 1e-4, err.max()
     assert (err > 1e-4).float().mean() < 1e-3, (err > 1e-4).float().mean()
+
+
+@pytest.mark.parametrize("kernels", ["triton", "torch"])
+def test_autocast_around_a_cuda_pipeline_changes_nothing(photos, monkeypatch, kernels):
+    """Under CUDA autocast the warp matrices' products would run in float16 and a float32
+    pipeline would round its coordinates; the pipeline turns autocast off for its call (the CPU
+    twin is in test_randomness) and leaves it on for the caller."""
+    if kernels == "torch":
+        monkeypatch.setenv("GPUAUG_TRITON", "0")
+    else:
+        monkeypatch.delenv("GPUAUG_TRITON", raising=False)
+    pipe = ga.Pipeline(ga.RandomResizedCrop(224), ga.RandomRotation(15), ga.RandomHorizontalFlip(1.0), ga.RandomRotation(10),
+                       ga.ColorJitter(0.4, 0.4, 0.4, 0.1), ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD),
+                       device="cuda", dtype=torch.float32, seed=0)
+    ref, params = pipe(photos * 4, return_params=True)
+    with torch.autocast("cuda", dtype=torch.float16):
+        out = pipe(photos * 4, params=params)
+        assert torch.is_autocast_enabled("cuda")
+    assert out.dtype == torch.float32 and torch.equal(out, ref)
