@@ -78,7 +78,6 @@ def test_the_final_normalize_takes_both_stats_or_neither():
 
 
 @needs_kernel
-@needs_kernel
 def test_too_many_steps_are_refused_and_the_most_allowed_run():
     x, out, index, _, _ = _args()
     ops = torch.zeros(2, native.MAX_STEPS + 1, dtype=torch.int32)
@@ -160,12 +159,11 @@ def test_channels_last_equals_torchs_copy(monkeypatch, native_on):
             native.channels_last(wrong)
 
 
+@needs_kernel
 def test_channels_last_sends_planar_rgb_rows_to_the_c_kernel_and_the_rest_to_torch(monkeypatch):
     """layout.c reads three planes of contiguous rows: planar RGB (a crop of a stacked batch, one
     row or one column too) goes to it, anything else (rows with a step, channels-last memory as
     decoded, gray, empty) to torch's copy; all equal the image."""
-    if not native.available():
-        pytest.skip("no C compiler here")
     lib, calls = native._library(), []
 
     class Spy:

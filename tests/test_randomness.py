@@ -5,11 +5,20 @@ import torch
 import torchvision.transforms.v2.functional as TF
 
 import gpuaug as ga
+from gpuaug import cpu
 from conftest import to_float
 
 FULL = lambda: [ga.RandomResizedCrop(96), ga.RandomHorizontalFlip(), ga.RandomRotation(20),  # noqa: E731
                 ga.ColorJitter(0.4, 0.4, 0.4, 0.1), ga.RandomGrayscale(0.2),
                 ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD)]
+
+
+def record_chunks(monkeypatch) -> list:
+    """A list that gets each call's ``cpu.chunks`` result (the chunks a CPU batch went in), in order."""
+    seen: list = []
+    original = cpu.chunks
+    monkeypatch.setattr(cpu, "chunks", lambda *a, **k: seen.append(original(*a, **k)) or seen[-1])
+    return seen
 
 
 def test_one_photo_repeated_gives_different_outputs(photos):
@@ -393,12 +402,8 @@ def test_a_copy_in_another_process_makes_no_generator_of_the_originals_device(mo
 def test_small_images_in_large_cpu_chunks_give_what_each_gets_alone(native, monkeypatch):
     """Images far smaller than a photo go through the CPU path in larger chunks (2.5x faster at
     16x16); each still gets exactly what it gets alone."""
-    from gpuaug import cpu
-
     monkeypatch.setenv("GPUAUG_NATIVE", native)
-    seen = []
-    original = cpu.chunks
-    monkeypatch.setattr(cpu, "chunks", lambda *a, **k: seen.append(original(*a, **k)) or seen[-1])
+    seen = record_chunks(monkeypatch)
     torch.manual_seed(0)
     images = [torch.randint(0, 256, (3, 20 + i % 5, 24 + i % 3), dtype=torch.uint8) for i in range(200)]
     pipe = ga.Pipeline(ga.RandomResizedCrop(12), ga.RandomRotation(20), ga.ColorJitter(0.4, 0.4, 0.4, 0.1),
@@ -416,12 +421,8 @@ def test_a_ragged_batch_of_very_different_sizes_goes_in_chunks_of_like_sizes(nat
     sizes differ more than ``cpu.SIZE_SPREAD`` times goes in chunks of like sizes (one large photo
     once padded the three small ones beside it to its size), and each image still gets exactly
     what it gets alone."""
-    from gpuaug import cpu
-
     monkeypatch.setenv("GPUAUG_NATIVE", native)
-    seen = []
-    original = cpu.chunks
-    monkeypatch.setattr(cpu, "chunks", lambda *a, **k: seen.append(original(*a, **k)) or seen[-1])
+    seen = record_chunks(monkeypatch)
     tiny = [p[:, :24, :32] for p in small_photos]
     images = [to_float(photos[1])] + small_photos * 2 + tiny * 3 + [to_float(photos[3])]
     pipe = ga.Pipeline(ga.RandomResizedCrop(40), ga.RandomRotation(20), ga.ColorJitter(0.4, 0.4, 0.4, 0.1),
@@ -443,12 +444,8 @@ def test_cpu_chunks_without_the_c_kernel_hold_samples_that_take_the_same_color_p
     those none of its samples needs, so a chunk holds samples of one group key (ColorJitter with
     hue: how many blends each draws before hue); with one group the chunks are slices in the
     batch's order."""
-    from gpuaug import cpu
-
     monkeypatch.setenv("GPUAUG_NATIVE", "0")
-    seen = []
-    original = cpu.chunks
-    monkeypatch.setattr(cpu, "chunks", lambda *a, **k: seen.append(original(*a, **k)) or seen[-1])
+    seen = record_chunks(monkeypatch)
     x = torch.randint(0, 256, (32, 3, 16, 16), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     jitter = ga.ColorJitter(0.4, 0.4, 0.4, 0.1)
     out, params = ga.Pipeline(jitter, device="cpu", seed=0)(x, return_params=True)
@@ -620,8 +617,6 @@ def test_a_cpu_chunk_keeps_every_tap_any_of_its_samples_weighs():
     needs fewer than the batch's largest downscale), never before; a zero-weight tap kept points
     at its pixel's first tap. (Counting the zero-weight taps instead passed the output tests tried:
     the padded taps past a pixel's own are zeros, so the count came out whole.)"""
-    from gpuaug import cpu
-
     index = torch.arange(2 * 3 * 4).view(2, 3, 4)
     weight = torch.tensor([[0.5, 0.5, 0.0, 0.0], [0.2, 0.3, 0.5, 0.0], [1.0, 0.0, 0.0, 0.0]]).expand(2, 3, 4)
     kept_index, kept_weight = cpu._used_taps(index, weight)
