@@ -467,6 +467,7 @@ def test_normalize_follows_a_loaded_or_edited_std():
     x = torch.full((1, 3, 2, 2), 0.75)
     pipe = ga.Pipeline(norm, device="cpu")
     assert torch.allclose(pipe(x), torch.ones(1, 3, 2, 2))
+    assert norm.inv_std is norm.inv_std  # 1 / std computed once while std is unchanged
     norm.load_state_dict({"mean": torch.tensor([0.5, 0.5, 0.5]), "std": torch.tensor([0.5, 0.5, 0.5])})
     assert torch.allclose(pipe(x), torch.full((1, 3, 2, 2), 0.5))
     with torch.no_grad():
