@@ -1107,7 +1107,11 @@ def test_packed_images_behave_as_a_read_only_list(photos):
     for other in (pickle.loads(pickle.dumps(packed)), copy.deepcopy(packed), packed.with_flat(packed.flat.clone())):
         assert other.shapes == packed.shapes and all(torch.equal(a, b) for a, b in zip(other, photos))
         assert other.flat.data_ptr() != packed.flat.data_ptr()
-    assert packed.to("cpu") is packed
+    assert packed.to("cpu") is packed and packed.to(torch.device("cpu"), non_blocking=True) is packed
+    for cast in ((torch.float16,), ("cpu", torch.float16)):  # Tensor.to's casts: refused, not unscaled values
+        with pytest.raises(TypeError, match=r"PackedImages.to takes a device .* not a dtype, got .*torch.float16.* "
+                                            r"keep their dtype \(torch.uint8\)"):
+            packed.to(*cast)
     packed[0][0, 0, 0] = 7  # a view: writes reach the buffer
     assert int(packed.flat[0]) == 7
     assert "PackedImages(4 images, torch.uint8, cpu" in repr(packed)
