@@ -604,6 +604,12 @@ def test_reprs_name_an_interpolation_other_than_the_default_and_only_then():
     assert "interpolation=nearest" in repr(ga.RandomRotation(10, interpolation=nearest))
 
 
+def test_resize_repr_names_max_size_only_when_given():
+    assert repr(ga.Resize(100)) == "Resize(size=100, antialias=True)"
+    assert repr(ga.Resize(100, max_size=150)) == "Resize(size=100, max_size=150, antialias=True)"
+    assert repr(ga.Resize(None, max_size=150)) == "Resize(size=None, max_size=150, antialias=True)"
+
+
 def test_reflect_padding_longer_than_the_image_is_refused():
     """torch's reflect pad needs pads shorter than the side (symmetric: not longer); torchvision
     fails inside torch with a RuntimeError, here a ValueError before anything runs."""
