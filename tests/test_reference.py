@@ -253,19 +253,21 @@ def test_random_resized_crop_draws_like_torchvision(photos):
     assert ratio.min() > 0.7 and ratio.max() < 1.4
 
 
-@pytest.mark.parametrize("shape,scale", [((400, 600), (0.08, 1.0)), ((30, 600), (0.08, 1.0)), ((400, 600), (0.0, 1.0))],
-                         ids=["photo", "strip (fallback often)", "scale from 0 (torchvision takes it)"])
-def test_random_resized_crop_distribution_equals_torchvision(shape, scale):
+@pytest.mark.parametrize("shape,scale,ratio", [
+    ((400, 600), (0.08, 1.0), (3 / 4, 4 / 3)), ((30, 600), (0.08, 1.0), (3 / 4, 4 / 3)),
+    ((400, 600), (0.0, 1.0), (3 / 4, 4 / 3)), ((2, 50), (0.08, 1.0), (10.0, 60.0))],
+    ids=["photo", "strip (fallback often)", "scale from 0 (torchvision takes it)", "two rows (tries 1 pixel high)"])
+def test_random_resized_crop_distribution_equals_torchvision(shape, scale, ratio):
     """Two-sample Kolmogorov-Smirnov tests, 4000 crops each, against torchvision's own make_params:
     area fraction, log aspect, and where the crop sits in the room it has."""
     from scipy.stats import ks_2samp
 
     img, n = torch.zeros(3, *shape, dtype=torch.uint8), 4000
     torch.manual_seed(0)
-    tv = v2.RandomResizedCrop(32, scale=scale)
+    tv = v2.RandomResizedCrop(32, scale=scale, ratio=ratio)
     theirs = torch.tensor([[float(p[k]) for k in ("top", "left", "height", "width")]
                            for p in (tv.make_params([img]) for _ in range(n))]).unbind(1)
-    _, params = run([ga.RandomResizedCrop(32, scale=scale)], img[None].expand(n, -1, -1, -1), seed=1)
+    _, params = run([ga.RandomResizedCrop(32, scale=scale, ratio=ratio)], img[None].expand(n, -1, -1, -1), seed=1)
     ours = tuple(params[0][k].float() for k in ("top", "left", "height", "width"))
 
     def features(top, left, h, w):
