@@ -513,6 +513,16 @@ def test_torchvision_keyword_arguments_with_their_supported_values():
         assert repr(ported) == repr(ours)
 
 
+def test_color_jitter_ranges_equal_torchvisions():
+    """A number v gives [max(0, 1 - v), 1 + v] (hue [-v, v]), as torchvision's: past 1 the lower end
+    is clipped to 0, not refused."""
+    for args in ((0.4, 0.4, 0.4, 0.1), (1.0, 1.5, 3, 0.5), ((0.2, 1.8), (1, 1), 0, (-0.2, 0.3))):
+        ours, theirs = ga.ColorJitter(*args), v2.ColorJitter(*args)
+        for name in ("brightness", "contrast", "saturation", "hue"):
+            expected = getattr(theirs, name)
+            assert getattr(ours, name) == (None if expected is None else tuple(expected)), (args, name)
+
+
 @pytest.mark.parametrize("mistake", ["0-255 floats", "normalized", "nan"])
 def test_float_images_far_outside_0_1_are_refused(photos, mistake):
     """The usual slips with float input (no /255, normalizing before the pipeline) made silently wrong
