@@ -425,6 +425,22 @@ def test_an_interrupted_pack_resumes_and_leaves_no_temporary_file(frames_root, t
     assert len(PackedClips(dst, frames=2)) == 3
 
 
+def test_a_pack_whose_temporary_cannot_be_opened_raises_that_error(frames_root, tmp_path, monkeypatch):
+    """A full disk as the temporary file is opened: its OSError comes out, not a FileNotFoundError
+    from removing a temporary that was never made."""
+    import errno
+
+    from gpuaug.data import clips
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(clips, "open", full_disk, raising=False)
+    with pytest.raises(OSError, match="No space left on device"):
+        clips.pack_frames(sorted(next(frames_root.rglob("*.jpg")).parent.glob("*.jpg")), tmp_path / "v.pack")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_pack_names_packs_its_source_no_longer_has(frames_root, tmp_path, capsys):
     """A video removed from the source, or skipped as bad, keeps its older pack (PackedClips would
     read it): the run names it instead of leaving it unseen."""
