@@ -126,11 +126,12 @@ class PackedTensors(Sequence):
         """The same items on ``device`` (a ``torch.device``, a string such as ``"cuda:0"``, or a
         GPU index): one copy of ``flat`` (none if already there). Only the device changes: unlike
         ``Tensor.to`` this takes no dtype, as a cast would keep 0-255 pixel values (or JPEG bytes)
-        unscaled; the pipeline converts them itself."""
+        unscaled; gpuaug converts them itself (the pipeline scales pixels, DeviceLoader decodes
+        JPEG bytes)."""
         if isinstance(device, torch.dtype) or isinstance(non_blocking, torch.dtype):
             raise TypeError(f"{type(self).__name__}.to takes a device (and non_blocking), not a dtype, got "
                             f"{device!r}{'' if non_blocking is False else f', {non_blocking!r}'}: the items keep their "
-                            f"dtype ({self.dtype}); the pipeline converts them itself")
+                            f"dtype ({self.dtype}); gpuaug's pipeline (or DeviceLoader, for JPEG bytes) converts them")
         flat = self.flat.to(device, non_blocking=non_blocking)
         return self if flat is self.flat else self.with_flat(flat)
 
