@@ -265,6 +265,14 @@ def test_a_pipeline_on_a_device_that_is_not_current_computes_there(photos):
         assert got.device == last and torch.equal(got, want)
 
 
+def use_kernels(monkeypatch, kernels: str) -> None:
+    """Run the CUDA pipeline on the Triton kernels (``"triton"``, the default) or the torch ones."""
+    if kernels == "torch":
+        monkeypatch.setenv("GPUAUG_TRITON", "0")
+    else:
+        monkeypatch.delenv("GPUAUG_TRITON", raising=False)
+
+
 @pytest.mark.parametrize("kernels", ["triton", "torch"])
 def test_tf32_matmuls_allowed_leave_float32_exact(photos, monkeypatch, kernels):
     """``torch.set_float32_matmul_precision("high")`` (TF32 matmuls, common in training scripts)
@@ -273,10 +281,7 @@ def test_tf32_matmuls_allowed_leave_float32_exact(photos, monkeypatch, kernels):
     the CPU with the same params. TF32's 10-bit mantissa would put ~2e-4 of error on most pixels."""
     monkeypatch.setattr(ga.cpu, "OWN_PATH", False)
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
-    if kernels == "torch":
-        monkeypatch.setenv("GPUAUG_TRITON", "0")
-    else:
-        monkeypatch.delenv("GPUAUG_TRITON", raising=False)
+    use_kernels(monkeypatch, kernels)
     steps = lambda: [ga.RandomResizedCrop(224), ga.RandomRotation(15), ga.RandomHorizontalFlip(1.0), ga.RandomRotation(10),
                      ga.ColorJitter(0.4, 0.4, 0.4), ga.RandomGrayscale(0.3)]
     out, params = ga.Pipeline(*steps(), device="cuda", dtype=torch.float32, seed=4)(photos * 4, return_params=True)
@@ -293,10 +298,7 @@ def test_autocast_around_a_cuda_pipeline_changes_nothing(photos, monkeypatch, ke
     """Under CUDA autocast the warp matrices' products would run in float16 and a float32
     pipeline would round its coordinates; the pipeline turns autocast off for its call (the CPU
     twin is in test_randomness) and leaves it on for the caller."""
-    if kernels == "torch":
-        monkeypatch.setenv("GPUAUG_TRITON", "0")
-    else:
-        monkeypatch.delenv("GPUAUG_TRITON", raising=False)
+    use_kernels(monkeypatch, kernels)
     pipe = ga.Pipeline(ga.RandomResizedCrop(224), ga.RandomRotation(15), ga.RandomHorizontalFlip(1.0), ga.RandomRotation(10),
                        ga.ColorJitter(0.4, 0.4, 0.4, 0.1), ga.Normalize(ga.IMAGENET_MEAN, ga.IMAGENET_STD),
                        device="cuda", dtype=torch.float32, seed=0)
