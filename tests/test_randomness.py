@@ -499,6 +499,19 @@ def test_pipeline_is_a_module_with_a_readable_repr():
     assert pipe.to("cpu").device == torch.device("cpu")
 
 
+def test_pipeline_takes_its_ops_as_one_list_or_tuple_too():
+    """``Pipeline([a, b])`` (as ``Compose`` takes them) is ``Pipeline(a, b)``; by default the
+    output is contiguous (channels_last only on request) and no CUDA graph is recorded."""
+    x = torch.randint(0, 256, (3, 3, 50, 60), dtype=torch.uint8)
+    one_by_one = ga.Pipeline(*FULL(), device="cpu", seed=5)
+    expected = one_by_one(x)
+    assert expected.is_contiguous() and not one_by_one.cuda_graph
+    for wrap in (list, tuple):
+        pipe = ga.Pipeline(wrap(FULL()), device="cpu", seed=5)
+        assert repr(pipe) == repr(one_by_one) and len(pipe.ops) == len(FULL())
+        torch.testing.assert_close(pipe(x), expected, rtol=0, atol=0)
+
+
 def test_a_model_holding_a_pipeline_takes_module_apply():
     """``model.apply(init_weights)`` walks every submodule, a pipeline's ops too: an op's own
     ``apply`` (ColorJitter's once was) broke it with a TypeError."""
