@@ -169,8 +169,9 @@ def run(devices=None, batch_sizes=(64, 256), repeats: int = 5, progress: bool = 
     rows = []
     plan = [(d, b) for d in devices for b in batch_sizes]
     has_kornia = kornia_augment("cpu") is not None
-    per_plan = {"cpu": 4 + has_kornia, "cuda": 6 + 2 * has_kornia}
-    bar = progress_bar(total=sum(per_plan.get(d.type, 5) for d, _ in plan), desc="gpuaug bench", disable=not progress, unit="run")
+    per_plan = {"cpu": 4 + has_kornia, "cuda": 6 + 2 * has_kornia}  # rows _jobs makes: 3 + has_kornia elsewhere
+    bar = progress_bar(total=sum(per_plan.get(d.type, 3 + has_kornia) for d, _ in plan), desc="gpuaug bench",
+                       disable=not progress, unit="run")
     threads = torch.get_num_threads()
     try:
         for device, batch in plan:

@@ -115,6 +115,37 @@ def test_cpu_rows_run_on_one_thread_and_the_threads_come_back(monkeypatch):
     assert all(r["device"].endswith(", 1 thread)") for r in rows)
 
 
+@pytest.mark.parametrize("with_kornia", [True, False])
+def test_the_progress_bar_ends_full(monkeypatch, with_kornia):
+    """The bar's total is the number of rows timed: one more and it stopped short of 100%."""
+    from gpuaug import progress
+
+    bars = []
+
+    class Bar:
+        def __init__(self, total, **kwargs):
+            self.total, self.n, self.closed = total, 0, False
+            bars.append(self)
+
+        def update(self):
+            self.n += 1
+
+        def set_postfix_str(self, text):
+            pass
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.setattr(progress, "progress_bar", Bar)
+    monkeypatch.setattr(bench, "median_seconds", lambda *args, **kwargs: 1.0)
+    if not with_kornia:
+        monkeypatch.setattr(bench, "kornia_augment", lambda device: None)
+    rows = bench.run(["cpu"], [1, 2], repeats=1)
+    (bar,) = bars
+    assert bar.closed and bar.n == bar.total == len(rows)
+    assert any(r["method"] == bench.KORNIA for r in rows) == with_kornia
+
+
 def test_run_has_the_defaults_of_the_command():
     import inspect
 
@@ -214,6 +245,35 @@ def test_the_chart_is_written_at_the_path_given_png_without_a_suffix(tmp_path, n
     bench.save_plot(rows, str(tmp_path / name))
     assert [p.name for p in tmp_path.iterdir()] == [name]  # not chart.png beside it
     assert (tmp_path / name).read_bytes().startswith(magic)
+
+
+def test_the_chart_groups_each_rows_bars_side_by_side_under_its_label(tmp_path, monkeypatch):
+    """Per device and batch, one bar per method, in order, neither overlapping nor straying into
+    the next group, with the group's label centred under them."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    saved = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *args, **kwargs: saved.append(fig))
+    methods = [bench.TORCHVISION_PER_SAMPLE, bench.KORNIA, bench.GPUAUG]
+    rows = [{"device": d, "batch": b, "method": m, "images_per_s": 100.0 * (i + 1) * b}
+            for d in ("cpu (x, 1 thread)", "cuda (H)") for b in (64, 256) for i, m in enumerate(methods)]
+    bench.save_plot(rows, str(tmp_path / "chart.png"))
+    (ax,) = saved[0].axes
+    bars = ax.patches
+    assert len(bars) == len(rows)
+    ticks = ax.get_xticks()
+    for group, tick in enumerate(ticks):
+        lefts = sorted(bar.get_x() for bar in bars if abs(bar.get_x() - tick) < 0.5)
+        assert len(lefts) == len(methods)
+        width = bars[0].get_width()
+        assert all(b - a >= width - 1e-9 for a, b in zip(lefts, lefts[1:]))  # side by side
+        assert lefts[0] == pytest.approx(tick - len(methods) * width / 2)  # centred on the tick
+        assert tick - 0.5 < lefts[0] and lefts[-1] + width < tick + 0.5  # a gap before the next group
+        assert tick == pytest.approx(ticks[0] + group)
+    assert [t.get_text() for t in ax.get_xticklabels()][0] == "cpu\nbatch 64"
+    # the bars keep the order of the rows' methods (legend) and each its group's value
+    assert [text.get_text() for text in ax.get_legend().get_texts()] == methods
 
 
 def test_sample_images_are_ragged_real_photos():
