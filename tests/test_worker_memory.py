@@ -187,6 +187,36 @@ def test_all_buffers_lent_gives_fresh_memory_and_a_failed_batch_gives_its_buffer
     assert big.untyped_storage().nbytes() >= 10**6 and worker_memory.lent_slot(big)[1] == 0
 
 
+def test_a_batch_takes_the_smallest_free_buffer_it_fits(in_a_worker):
+    """Best fit: a small batch leaves the big buffer to the big batches (taking it, the next big
+    batch found none and a buffer was made anew); a buffer grown for a batch has room for a
+    ragged batch a few percent bigger."""
+    like = torch.empty(0, dtype=torch.uint8)
+    with worker_memory.reusing():
+        small, big = worker_memory.output(like, 1000), worker_memory.output(like, 10**6)
+    worker_memory._flags[:2] = worker_memory.FREE  # both come back
+    with worker_memory.reusing():
+        again_big = worker_memory.output(like, 10**6)
+        again_small = worker_memory.output(like, 1000)
+    assert again_big.data_ptr() == big.data_ptr() and again_small.data_ptr() == small.data_ptr()
+    worker_memory._flags[:2] = worker_memory.FREE
+    with worker_memory.reusing():
+        first_small = worker_memory.output(like, 900)
+        then_big = worker_memory.output(like, 10**6)
+    assert first_small.data_ptr() == small.data_ptr() and then_big.data_ptr() == big.data_ptr()
+    worker_memory._flags[:2] = worker_memory.FREE
+    with worker_memory.reusing():
+        grown = worker_memory.output(like, 2 * 10**6)  # replaces a buffer
+    worker_memory._flags[:2] = worker_memory.FREE
+    with worker_memory.reusing():
+        bit_bigger = worker_memory.output(like, 2 * 10**6 * 106 // 100)
+    assert bit_bigger.data_ptr() == grown.data_ptr()
+    worker_memory._flags[:2] = worker_memory.FREE
+    with worker_memory.reusing():
+        exactly = worker_memory.output(like, grown.untyped_storage().nbytes())  # fills it to the byte
+    assert exactly.data_ptr() == grown.data_ptr()
+
+
 def test_only_the_batch_sent_on_is_given_away(in_a_worker):
     """Of two batches the main process holds, pickling one keeps its worker off that one's buffer
     for good; the other's comes back as usual when it is dropped."""
