@@ -71,6 +71,35 @@ def test_profile_sweeps_each_loader_setting_once():
     assert gpuaug.profile.loader_settings(1, cuda) == [(0, False, None), (0, True, None), (1, False, 2), (1, False, 4),
                                                        (1, True, 2), (1, True, 4)]
 
+    many = gpuaug.profile.loader_settings(64, cpu)
+    assert [w for w, _, prefetch in many if prefetch != 4] == [0, 1, 2, 4, 8, 16, 32, 64]  # powers of two to 32, then cores
+    assert [w for w, _, prefetch in gpuaug.profile.loader_settings(40, cpu) if prefetch != 4][-2:] == [32, 40]
+
+
+def test_profile_times_a_stage_on_one_thread_and_gives_its_seconds(monkeypatch):
+    clock = [10.0]
+    monkeypatch.setattr(gpuaug.profile.time, "perf_counter", lambda: clock[0])
+    before = torch.get_num_threads()
+
+    def stage():
+        clock[0] += 2.5
+        return torch.get_num_threads()
+
+    assert gpuaug.profile._one_thread(stage) == (1, 2.5)
+    assert torch.get_num_threads() == before
+
+
+def test_profile_run_has_the_defaults_of_the_command():
+    import inspect
+
+    from gpuaug.cli import _parser
+
+    defaults = {k: p.default for k, p in inspect.signature(gpuaug.profile.run).parameters.items()}
+    args = _parser().parse_args(["profile", "d"])
+    assert (defaults["max_files"], defaults["step_ms"], defaults["batch_size"], defaults["device"]) == (
+        args.max_files, args.step_ms, args.batch_size, args.device)
+    assert defaults["progress"] is (not args.no_progress) is True
+
 
 def test_profile_rates_are_what_each_stage_did_over_its_time(tmp_path, monkeypatch):
     """Each stage timed at 2 s (a stand-in clock): its rate is its count over 2 s."""
@@ -85,6 +114,14 @@ def test_profile_rates_are_what_each_stage_did_over_its_time(tmp_path, monkeypat
     assert stages["read"]["MB_per_s"] == pytest.approx(sum(os.path.getsize(p) for p in paths) / 2 / 1e6)
     assert stages["decode"]["images_per_s_per_core"] == stages["torchvision_transforms"]["images_per_s_per_core"] == 4.0
     assert [(r["num_workers"], r["prefetch_factor"]) for r in report["sweep"]] == [(0, None)]
+    bounds = report["bounds_images_per_s"]
+    assert bounds["disk"] == 4.0 and bounds["decode"] == 4.0  # no workers: the main process decodes
+    assert report["bottleneck"] == min(bounds, key=bounds.__getitem__)
+    # Three cores on the CPU: two decode while one augments (the sweep cut to one setting).
+    monkeypatch.setattr(gpuaug.profile, "loader_settings", lambda cores, device: [(0, False, None)])
+    three = gpuaug.profile.run(folder, max_files=8, step_ms=0, device="cpu", batch_size=4, max_workers=3,
+                               progress=False)
+    assert three["cores"] == 3 and three["bounds_images_per_s"]["decode"] == 8.0
 
 
 def test_simulated_loop_times_the_steady_state_after_its_warm_up(monkeypatch):
