@@ -139,6 +139,7 @@ def check_image_tensor(x: Tensor, what: str, given: tuple | None = None, fix: st
     """``x``, images ``(N, C, H, W)``: uint8 or float, N > 0, C in {1, 3}, H and W > 0; else a
     TypeError/ValueError naming ``what`` and the shape as ``given`` (default ``x``'s), with ``fix``,
     how that form is made channels-first, where the last dim looks like channels."""
+    shape = tuple(x.shape) if given is None else tuple(given)
     if x.device.type == "meta":
         raise ValueError(f"expected {what} with data, got a tensor on the meta device (shape {tuple(x.shape)})")
     if x.dtype != torch.uint8 and not x.is_floating_point():
@@ -146,15 +147,14 @@ def check_image_tensor(x: Tensor, what: str, given: tuple | None = None, fix: st
                 "to_dtype(x, torch.float32, scale=True) to keep their precision)") if x.dtype == torch.uint16 else ""
         raise TypeError(f"expected uint8 or float {what}, got {x.dtype}{hint}")
     if x.shape[0] == 0:
-        raise ValueError(f"expected a non-empty batch of {what}, got shape {tuple(x.shape)}")
+        raise ValueError(f"expected a non-empty batch of {what}, got shape {shape}")
     if x.shape[1] not in (1, 3):
         hint = (f" (channels last? {fix})" if x.shape[-1] in (1, 3) else
                 " (RGBA? keep the color channels, [..., :3, :, :], or decode with ImageReadMode.RGB)"
                 if x.shape[1] == 4 else "")
-        shape = tuple(x.shape) if given is None else tuple(given)
         raise ValueError(f"expected {what} with 1 or 3 channels in dim -3, got {x.shape[1]} (shape {shape})" + hint)
     if x.shape[-1] == 0 or x.shape[-2] == 0:
-        raise ValueError(f"expected {what} with non-zero height and width, got shape {tuple(x.shape)}")
+        raise ValueError(f"expected {what} with non-zero height and width, got shape {shape}")
 
 
 # Float input is read as [0, 1]; the mistakes this catches are far outside it (0-255 floats,

@@ -38,6 +38,14 @@ def pipe(*ops):
         (torch.zeros(0, 3, 8, 8, dtype=torch.uint8), ValueError, "non-empty"),
         (torch.zeros(2, 3, 0, 8, dtype=torch.uint8), ValueError, "non-zero height"),
         (torch.zeros(2, 3, 8, 0, dtype=torch.uint8), ValueError, "non-zero height and width"),
+        # the shape given, not the batch of one it is checked as
+        ([torch.zeros(3, 0, 8, dtype=torch.uint8), torch.zeros(3, 5, 8, dtype=torch.uint8)], ValueError,
+         "non-zero height and width, got shape (3, 0, 8)"),
+        (torch.zeros(2, 4, 3, 0, 8, dtype=torch.uint8), ValueError, "non-zero height and width, got shape (2, 4, 3, 0, 8)"),
+        (torch.zeros(0, 4, 3, 8, 8, dtype=torch.uint8), ValueError, "non-empty batch of clips, got shape (0, 4, 3, 8, 8)"),
+        # a packed image may be empty (a Tensor may): the pipeline refuses it
+        (ga.PackedImages(torch.zeros(12, dtype=torch.uint8), [(3, 1, 4), (3, 0, 4)]), ValueError,
+         "non-zero height and width, got shapes [(3, 0, 4), (3, 1, 4)]"),
         ([torch.zeros(0, 3, 8, 8, dtype=torch.uint8), torch.zeros(0, 3, 8, 9, dtype=torch.uint8)], ValueError,
          "one (non-zero) frame count, got [0, 0]"),
         (torch.zeros(2, 0, 3, 8, 8, dtype=torch.uint8), ValueError, "at least one frame"),
