@@ -141,7 +141,7 @@ def check_image_tensor(x: Tensor, what: str, given: tuple | None = None, fix: st
     how that form is made channels-first, where the last dim looks like channels."""
     shape = tuple(x.shape) if given is None else tuple(given)
     if x.device.type == "meta":
-        raise ValueError(f"expected {what} with data, got a tensor on the meta device (shape {tuple(x.shape)})")
+        raise ValueError(f"expected {what} with data, got a tensor on the meta device (shape {shape})")
     if x.dtype != torch.uint8 and not x.is_floating_point():
         hint = (" (16-bit images: torchvision's v2.functional.to_dtype(x, torch.uint8, scale=True), or "
                 "to_dtype(x, torch.float32, scale=True) to keep their precision)") if x.dtype == torch.uint16 else ""

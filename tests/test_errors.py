@@ -63,7 +63,7 @@ def pipe(*ops):
         ([torch.zeros(5, 8, 8, dtype=torch.uint8)], ValueError, "1 or 3 channels"),
         ("images.jpg", TypeError, "got str"),
         (torch.zeros(2, 3, 8, 8, dtype=torch.uint8, device="meta"), ValueError, "meta device"),
-        ([torch.zeros(3, 8, 8, dtype=torch.uint8, device="meta")], ValueError, "meta device"),
+        ([torch.zeros(3, 8, 8, dtype=torch.uint8, device="meta")], ValueError, "meta device (shape (3, 8, 8))"),
         (ga.PackedImages(torch.zeros(0, dtype=torch.uint8), []), ValueError, "non-empty"),
         (ga.data.EncodedBatch(torch.zeros(4, dtype=torch.uint8), [(4,)], ["a.jpg"]), TypeError,
          "got EncodedBatch (encoded bytes): decode it first"),
