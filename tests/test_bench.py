@@ -149,15 +149,22 @@ def test_the_progress_bar_ends_full(monkeypatch, with_kornia):
 def test_run_has_the_defaults_of_the_command():
     import inspect
 
-    from gpuaug import bench_loader
-    from gpuaug.cli import AUGMENT_FLAGS, LOADER_FLAGS
+    from gpuaug import bench_loader, profile
+    from gpuaug.cli import AUGMENT_FLAGS, LOADER_FLAGS, _parser
 
-    defaults = {k: p.default for k, p in inspect.signature(bench.run).parameters.items()}
+    def defaults_of(run):
+        return {k: p.default for k, p in inspect.signature(run).parameters.items()}
+
+    defaults = defaults_of(bench.run)
     assert list(defaults["batch_sizes"]) == AUGMENT_FLAGS["batch_sizes"] and defaults["repeats"] == AUGMENT_FLAGS["repeats"]
-    defaults = {k: p.default for k, p in inspect.signature(bench_loader.run).parameters.items()}
+    defaults = defaults_of(bench_loader.run)
     assert (defaults["n_files"], defaults["num_workers"], defaults["step_ms"]) == (
         LOADER_FLAGS["files"], LOADER_FLAGS["num_workers"], LOADER_FLAGS["step_ms"])
     assert defaults["batch_size"] == 32 and defaults["progress"] is True  # as the command passes them
+    defaults, args = defaults_of(profile.run), _parser().parse_args(["profile", "d"])
+    assert (defaults["max_files"], defaults["step_ms"], defaults["batch_size"], defaults["device"]) == (
+        args.max_files, args.step_ms, args.batch_size, args.device)
+    assert defaults["progress"] is (not args.no_progress) is True
 
 
 def test_back_to_back_timing_waits_once_per_repeat(monkeypatch):

@@ -89,18 +89,6 @@ def test_profile_times_a_stage_on_one_thread_and_gives_its_seconds(monkeypatch):
     assert torch.get_num_threads() == before
 
 
-def test_profile_run_has_the_defaults_of_the_command():
-    import inspect
-
-    from gpuaug.cli import _parser
-
-    defaults = {k: p.default for k, p in inspect.signature(gpuaug.profile.run).parameters.items()}
-    args = _parser().parse_args(["profile", "d"])
-    assert (defaults["max_files"], defaults["step_ms"], defaults["batch_size"], defaults["device"]) == (
-        args.max_files, args.step_ms, args.batch_size, args.device)
-    assert defaults["progress"] is (not args.no_progress) is True
-
-
 def test_profile_rates_are_what_each_stage_did_over_its_time(tmp_path, monkeypatch):
     """Each stage timed at 2 s (a stand-in clock): its rate is its count over 2 s."""
     monkeypatch.setattr(gpuaug.profile, "_one_thread", lambda fn: (fn(), 2.0))

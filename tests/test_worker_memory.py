@@ -192,29 +192,21 @@ def test_a_batch_takes_the_smallest_free_buffer_it_fits(in_a_worker):
     batch found none and a buffer was made anew); a buffer grown for a batch has room for a
     ragged batch a few percent bigger."""
     like = torch.empty(0, dtype=torch.uint8)
-    with worker_memory.reusing():
-        small, big = worker_memory.output(like, 1000), worker_memory.output(like, 10**6)
-    worker_memory._flags[:2] = worker_memory.FREE  # both come back
-    with worker_memory.reusing():
-        again_big = worker_memory.output(like, 10**6)
-        again_small = worker_memory.output(like, 1000)
-    assert again_big.data_ptr() == big.data_ptr() and again_small.data_ptr() == small.data_ptr()
-    worker_memory._flags[:2] = worker_memory.FREE
-    with worker_memory.reusing():
-        first_small = worker_memory.output(like, 900)
-        then_big = worker_memory.output(like, 10**6)
-    assert first_small.data_ptr() == small.data_ptr() and then_big.data_ptr() == big.data_ptr()
-    worker_memory._flags[:2] = worker_memory.FREE
-    with worker_memory.reusing():
-        grown = worker_memory.output(like, 2 * 10**6)  # replaces a buffer
-    worker_memory._flags[:2] = worker_memory.FREE
-    with worker_memory.reusing():
-        bit_bigger = worker_memory.output(like, 2 * 10**6 * 106 // 100)
-    assert bit_bigger.data_ptr() == grown.data_ptr()
-    worker_memory._flags[:2] = worker_memory.FREE
-    with worker_memory.reusing():
-        exactly = worker_memory.output(like, grown.untyped_storage().nbytes())  # fills it to the byte
-    assert exactly.data_ptr() == grown.data_ptr()
+
+    def buffers_for(*numels) -> list[int]:
+        """Where batches of these sizes go (data pointers), taken in one block once every buffer is back."""
+        if worker_memory._flags is not None:
+            worker_memory._flags[:] = worker_memory.FREE
+        with worker_memory.reusing():
+            return [worker_memory.output(like, n).untyped_storage().data_ptr() for n in numels]
+
+    small, big = buffers_for(1000, 10**6)
+    assert buffers_for(10**6, 1000) == [big, small]
+    assert buffers_for(900, 10**6) == [small, big]
+    (grown,) = buffers_for(2 * 10**6)  # replaces a buffer
+    grown_bytes = next(slot.nbytes() for slot in worker_memory._slots if slot is not None and slot.data_ptr() == grown)
+    assert buffers_for(2 * 10**6 * 106 // 100) == [grown]
+    assert buffers_for(grown_bytes) == [grown]  # fills it to the byte
 
 
 def test_only_the_batch_sent_on_is_given_away(in_a_worker):
