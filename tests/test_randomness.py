@@ -640,3 +640,42 @@ def test_a_cpu_chunk_keeps_every_tap_any_of_its_samples_weighs():
     assert torch.equal(kept_weight, full) and torch.equal(kept_index, index)
     none = torch.zeros(2, 3, 4)  # nothing weighed (a chunk of padding): one tap, reading nothing
     assert cpu._used_taps(index, none)[1].shape == (2, 3, 1)
+
+
+def test_cpu_chunks_of_a_ragged_batch_go_by_group_then_size_in_as_few_chunks_as_those_allow():
+    """``cpu.chunks`` with color groups and sizes far apart: sorted by group first, then by size,
+    so each group's like sizes share one chunk. (Sorting by group + size instead interleaved the
+    groups: [100], [120, 130], [150], [1000], twice the chunks, each a pass of its own; the
+    outputs stayed right, so only this test sees it.)"""
+    class Keyed:
+        def group_key(self, params):
+            return params
+
+    groups = torch.tensor([0, 0, 0, 1, 1])
+    areas = [100, 150, 1000, 120, 130]  # 1000 > SIZE_SPREAD * 100: sizes far apart
+    parts = cpu.chunks([(Keyed(), groups)], 5, 1, areas=areas)
+    assert [p.tolist() for p in parts] == [[0, 1], [2], [3, 4]]
+    assert [p.tolist() for p in cpu.chunks([(Keyed(), groups)], 5, 1, grouped=False, areas=areas)] == [[0, 3, 4, 1], [2]]
+
+
+def test_crop_to_taps_copies_just_the_part_the_taps_read():
+    """``cpu.crop_to_taps`` copies the smallest block holding every image's taps (the largest such
+    part in the batch) and shifts the taps to it, so each tap reads the pixel it read before; where
+    every part is a whole image, the batch itself goes on (no copy). (A part one row or column too
+    large, or a copy of whole images, gave the same outputs: only this test sees the cost.)"""
+    x = torch.arange(2 * 2 * 10 * 12, dtype=torch.float32).view(2, 2, 10, 12)
+
+    def taps(first, count, k=2):  # (B, count, k) indices from each sample's first row/column; weights 1/k
+        index = torch.tensor(first).view(2, 1, 1) + torch.arange(count).view(1, -1, 1) + torch.arange(k).view(1, 1, -1)
+        return index, torch.full(index.shape, 1 / k)
+
+    rows, cols = taps([3, 6], 2), taps([2, 0], 5)  # rows 3-5 and 6-8; columns 2-7 and 0-5
+    part, (ri, rw), (ci, cw) = cpu.crop_to_taps(x, rows, cols, torch.float64)
+    assert part.shape == (2, 2, 3, 6) and part.dtype == torch.float64
+    assert torch.equal(rw, rows[1]) and torch.equal(cw, cols[1])
+    for b in range(2):
+        before = x[b][:, rows[0][b].flatten()][:, :, cols[0][b].flatten()].double()
+        assert torch.equal(part[b][:, ri[b].flatten()][:, :, ci[b].flatten()], before)
+    whole_rows, whole_cols = taps([0, 0], 9), taps([0, 0], 11)
+    part, (ri, _), (ci, _) = cpu.crop_to_taps(x, whole_rows, whole_cols, torch.float32)
+    assert part.data_ptr() == x.data_ptr() and torch.equal(ri, whole_rows[0]) and torch.equal(ci, whole_cols[0])
