@@ -2,6 +2,8 @@
 built, and agreement with the torch kernels on programs the pipeline never writes. Its results
 against torchvision are checked in test_reference.py (the ``cpu fused`` runs)."""
 
+import re
+
 import pytest
 import torch
 import torchvision.transforms.v2.functional as TF
@@ -126,6 +128,40 @@ def test_a_compiler_on_the_path_or_in_cc_builds_the_kernels(monkeypatch, tmp_pat
     monkeypatch.setenv("CC", f"{found} -O1")
     monkeypatch.setenv("GPUAUG_CACHE_DIR", str(tmp_path / "flags"))
     assert native._build().is_file()
+
+
+def test_without_cc_each_of_cc_gcc_clang_is_found_alone(monkeypatch, tmp_path):
+    """Without CC the first of cc, gcc, clang on the PATH is used: each is found where it is the
+    only one (a machine with clang alone, say)."""
+    import shutil
+
+    found = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if found is None:
+        pytest.skip("no C compiler on the PATH")
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("GPUAUG_CACHE_DIR", str(tmp_path))
+    for name in ("cc", "gcc", "clang"):
+        asked = []
+        monkeypatch.setattr(native.shutil, "which", lambda n, name=name: asked.append(n) or (found if n == name else None))
+        assert native._build().is_file(), name
+        assert asked[-1] == name
+    monkeypatch.setattr(native.shutil, "which", lambda n: None)
+    with pytest.raises(RuntimeError, match=r"^no C compiler found \(set CC\)$"):
+        native._build()
+
+
+def test_a_compiler_that_fails_is_named_with_the_end_of_its_error(monkeypatch, tmp_path):
+    """A compiler that fails (with and without -march=native) raises naming it and (the last 500
+    characters of) its own error text, which the fallback warning passes on."""
+    script = tmp_path / "broken-cc"
+    script.write_text('#!/bin/sh\n[ "$1" = --version ] && { echo "broken 1.0"; exit 0; }\n'
+                      'echo "In function main:" >&2; echo "broken: unknown flag -O3" >&2; exit 1\n')
+    script.chmod(0o755)
+    monkeypatch.setenv("CC", str(script))
+    monkeypatch.setenv("GPUAUG_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(RuntimeError, match="^" + re.escape(f"{script} failed: In function main:\nbroken: unknown flag -O3") + "$"):
+        native._build()
+    assert list((tmp_path / "cache").iterdir()) == []  # no temporary file left
 
 
 @needs_kernel

@@ -186,7 +186,7 @@ def channels_last(image: Tensor) -> Tensor:
         raise TypeError(f"expected a (C, H, W) uint8 CPU image, got {image.dtype} {tuple(image.shape)} on {image.device}")
     C, H, W = image.shape
     lib = _library()
-    if lib is None or C != 3 or H == 0 or W == 0 or image.stride(2) != 1 or min(image.stride()) < 0:
+    if lib is None or C != 3 or H == 0 or W == 0 or image.stride(2) != 1:  # (torch has no negative strides)
         return image[None].contiguous(memory_format=torch.channels_last)
     out = torch.empty((1, C, H, W), dtype=torch.uint8, device="cpu", memory_format=torch.channels_last)
     lib.gpuaug_planar_to_hwc3(image.data_ptr(), H, W, image.stride(0), image.stride(1), out.data_ptr())
