@@ -704,6 +704,16 @@ def test_interpolation_as_pils_int_codes_as_torchvision_takes_them(code, mode):
     assert made >= 1
 
 
+def test_a_bool_or_a_list_is_not_an_interpolation_code():
+    """A bool is refused: False is 0 to Python, and torchvision's kernels run it as PIL's code 0,
+    NEAREST (True as 1, LANCZOS), which nobody means by a bool. A list is refused with the same
+    ValueError, not the TypeError of looking it up as a code."""
+    for value in (False, True, [2]):
+        for name in ("Resize", "RandomRotation"):
+            with pytest.raises(ValueError, match=re.escape(f"got interpolation={value!r}")):
+                getattr(ga, name)(8, interpolation=value)
+
+
 @pytest.mark.parametrize("value, error", [("abc", TypeError), (None, TypeError), ({"r": 0.5}, TypeError),
                                           ([0.5, "a", 0.5], TypeError), ([], ValueError), (True, TypeError),
                                           ([0.5, True, 0.5], TypeError), (np.array([True]), TypeError),
