@@ -12,6 +12,11 @@ skimage_data = pytest.importorskip("skimage.data")
 PHOTO_NAMES = ("astronaut", "coffee", "chelsea", "rocket")
 
 
+# A batch a DataLoader worker cannot send (pickling it fails in its queue's feeder thread) is
+# dropped, and the main process waits for it forever; with torch's timeout that is an error.
+# Every test with workers passes it, so such a fault fails its test instead of hanging the run.
+WORKER_TIMEOUT_S = 120
+
 def _photo(name: str) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(getattr(skimage_data, name)())).permute(2, 0, 1).contiguous()
 

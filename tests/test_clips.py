@@ -11,6 +11,7 @@ from PIL import Image
 from torch.utils.data import DataLoader
 
 import gpuaug as ga
+from conftest import WORKER_TIMEOUT_S
 from gpuaug.cli import main
 from gpuaug.data import BadFile, FrameFolder, PackedClips, collate, frame_indices
 
@@ -183,7 +184,7 @@ def test_packed_clips_with_workers_and_one_draw_per_clip(frames_root, tmp_path):
     main(["pack", str(frames_root), str(tmp_path / "packed"), "--no-progress"])
     ds = PackedClips(tmp_path / "packed", frames=4)
     dl = DataLoader(ds, batch_size=3, num_workers=2, collate_fn=collate,
-                    multiprocessing_context=multiprocessing.get_context("fork"))
+                    timeout=WORKER_TIMEOUT_S, multiprocessing_context=multiprocessing.get_context("fork"))
     pipe = ga.Pipeline(ga.RandomResizedCrop(64), ga.RandomHorizontalFlip(), ga.ColorJitter(0.3, 0.3, 0.3, 0.1),
                        device="cpu", seed=0)
     (clips, labels), = list(ga.DeviceLoader(dl, pipe))
@@ -212,7 +213,7 @@ class RaggedClips(torch.utils.data.Dataset):
 def test_clips_of_different_sizes_cross_from_workers_as_one_buffer(photos):
     ds = RaggedClips(photos)
     dl = DataLoader(ds, batch_size=len(ds), num_workers=1, collate_fn=collate,
-                    multiprocessing_context=multiprocessing.get_context("fork"))
+                    timeout=WORKER_TIMEOUT_S, multiprocessing_context=multiprocessing.get_context("fork"))
     (clips, labels, bad), = list(dl)
     assert isinstance(clips, ga.PackedImages) and clips.clips and len(clips) == len(ds) and bad == []
     assert "PackedImages(4 clips" in repr(clips)

@@ -19,6 +19,7 @@ from PIL import Image, ImageOps
 from torch.utils.data import DataLoader
 
 import gpuaug as ga
+from conftest import WORKER_TIMEOUT_S
 from gpuaug.data import Batch, BadFile, Encoded, EncodedBatch, ImageFiles, ImageFolder, collate
 from gpuaug.profile import find_images
 
@@ -1056,7 +1057,7 @@ def test_dataloader_with_two_workers(folder, method):
         pytest.skip(f"{method} not available here")
     ds = ImageFolder(folder)
     dl = DataLoader(ds, batch_size=3, num_workers=2, collate_fn=collate,
-                    multiprocessing_context=multiprocessing.get_context(method))
+                    timeout=WORKER_TIMEOUT_S, multiprocessing_context=multiprocessing.get_context(method))
     pipe = ga.Pipeline(ga.RandomResizedCrop(48), ga.ColorJitter(0.2, 0.2, 0.2, 0.05), device="cpu", seed=0)
     loader = ga.DeviceLoader(dl, pipe)
     out = list(loader)
@@ -1191,7 +1192,7 @@ def test_ragged_batches_cross_from_workers_as_one_buffer(folder):
     ds = ImageFolder(folder)
     sizes = {tuple(ds[i][0].shape) for i in range(len(ds))}
     assert len(sizes) > 1, "the test folder should hold images of several sizes"
-    dl = DataLoader(ds, batch_size=len(ds), num_workers=1, collate_fn=collate)
+    dl = DataLoader(ds, batch_size=len(ds), num_workers=1, collate_fn=collate, timeout=WORKER_TIMEOUT_S)
     (images, labels, bad), = list(dl)
     assert isinstance(images, ga.PackedImages) and len(images) == len(ds) and bad == []
     for i, img in enumerate(images):
@@ -1203,7 +1204,7 @@ def test_ragged_batches_cross_from_workers_as_one_buffer(folder):
 
 def test_gpu_decode_batches_cross_from_workers_as_one_buffer(folder):
     gpu, cpu = ImageFolder(folder, decode="gpu"), ImageFolder(folder, decode="cpu")
-    dl = DataLoader(gpu, batch_size=len(gpu), num_workers=1, collate_fn=collate)
+    dl = DataLoader(gpu, batch_size=len(gpu), num_workers=1, collate_fn=collate, timeout=WORKER_TIMEOUT_S)
     (images, labels, bad), = list(dl)
     assert isinstance(images, EncodedBatch) and len(images) == len(gpu) and bad == []
     for i, item in enumerate(images):

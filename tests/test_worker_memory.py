@@ -13,6 +13,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import gpuaug as ga
+from conftest import WORKER_TIMEOUT_S
 from gpuaug import worker_memory
 from gpuaug.data import Encoded, collate
 
@@ -62,7 +63,7 @@ def test_batches_and_views_the_main_process_keeps_are_never_overwritten(monkeypa
         inherited = [collate([Numbered(9, same_size, encoded)[i] for i in range(4)]) for _ in range(3)]
     assert len(worker_memory._slots) == 3
     loader = DataLoader(Numbered(8 * 60, same_size, encoded), batch_size=8, num_workers=2, collate_fn=collate,
-                        multiprocessing_context=multiprocessing.get_context(method))
+                        timeout=WORKER_TIMEOUT_S, multiprocessing_context=multiprocessing.get_context(method))
     kept_batches, kept_views = [], []
     for k, batch in enumerate(loader):
         assert _intact(batch.images, batch.labels), k
@@ -99,7 +100,7 @@ def test_a_batch_sent_on_to_another_process_is_never_written_over(same_size, sen
     reader.start()
     try:
         loader = DataLoader(Numbered(8 * 40, same_size), batch_size=8, num_workers=1, collate_fn=collate,
-                            multiprocessing_context=context)
+                            timeout=WORKER_TIMEOUT_S, multiprocessing_context=context)
         for k, batch in enumerate(loader):
             if k == 3:
                 batches.put((batch, batch.labels.tolist()) if sent == "batch" else (batch.images, batch.labels.tolist()))
@@ -121,7 +122,7 @@ def test_a_forked_child_does_not_hand_back_what_its_parent_holds():
         pytest.skip("fork not available here")
     context = multiprocessing.get_context("fork")
     loader = DataLoader(Numbered(8 * 40, False), batch_size=8, num_workers=1, collate_fn=collate,
-                        multiprocessing_context=context)
+                        timeout=WORKER_TIMEOUT_S, multiprocessing_context=context)
     batches = iter(loader)
     next(batches), next(batches)
     held = [next(batches)]  # the one reference
@@ -280,7 +281,7 @@ def test_no_slots_means_a_fresh_buffer_per_batch(monkeypatch):
     seen = []
     monkeypatch.setattr(worker_memory, "received", lambda *args: seen.append(args))
     loader = DataLoader(Numbered(8 * 6, False), batch_size=8, num_workers=1, collate_fn=collate,
-                        multiprocessing_context=multiprocessing.get_context("fork"))
+                        timeout=WORKER_TIMEOUT_S, multiprocessing_context=multiprocessing.get_context("fork"))
     assert all(_intact(b.images, b.labels) for b in loader) and not seen
 
 
@@ -307,7 +308,7 @@ def test_the_file_system_sharing_strategy_too():
     torch.multiprocessing.set_sharing_strategy("file_system")
     try:
         loader = DataLoader(Numbered(8 * 30, False), batch_size=8, num_workers=2, collate_fn=collate,
-                            multiprocessing_context=multiprocessing.get_context("fork"))
+                            timeout=WORKER_TIMEOUT_S, multiprocessing_context=multiprocessing.get_context("fork"))
         kept = []
         for k, batch in enumerate(loader):
             assert _intact(batch.images, batch.labels), k
