@@ -10,7 +10,7 @@ import threading
 import time
 import warnings
 import zlib
-from collections import namedtuple
+from collections import defaultdict, namedtuple
 
 import numpy as np
 import pytest
@@ -1089,6 +1089,39 @@ def test_labels_of_any_kind_collate_as_default_collate_and_skip_with_their_image
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b)) if isinstance(a, (list, tuple)) else a == b
 
     assert same(got, expected), (got, expected)
+
+
+class _LabelledBy(torch.utils.data.Dataset):
+    """Two small images, image ``i`` labelled ``make(i)``."""
+
+    def __init__(self, make):
+        self.make = make
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        return torch.full((3, 4, 4), i, dtype=torch.uint8), self.make(i)
+
+
+def test_labels_a_worker_cannot_send_are_its_error_not_a_hang():
+    """A label that default_collate keeps but pickle refuses (a defaultdict whose factory is a
+    lambda) made torch's worker queue drop the batch and the DataLoader wait forever: collate raises
+    in the worker instead, and the main process gets that TypeError. Without workers nothing is
+    pickled: the labels come as they are. Labels holding tensors cross as before."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("fork not available here")  # (the datasets hold lambdas)
+    fork = multiprocessing.get_context("fork")
+    unsendable = _LabelledBy(lambda i: defaultdict(lambda: 0, y=i))
+    with pytest.raises(TypeError, match=r"labels a DataLoader worker cannot send to the main process \(\w+Error: .*lambda"):
+        list(DataLoader(unsendable, batch_size=2, num_workers=1, collate_fn=collate, timeout=WORKER_TIMEOUT_S,
+                        multiprocessing_context=fork))
+    (_, labels, _), = list(DataLoader(unsendable, batch_size=2, collate_fn=collate))
+    assert labels["y"].tolist() == [0, 1]
+    boxes = _LabelledBy(lambda i: {"boxes": torch.full((2, 4), float(i)), "name": str(i)})
+    (_, labels, _), = list(DataLoader(boxes, batch_size=2, num_workers=1, collate_fn=collate, timeout=WORKER_TIMEOUT_S,
+                                      multiprocessing_context=fork))
+    assert torch.equal(labels["boxes"][1], torch.ones(2, 4)) and labels["name"] == ["0", "1"]
 
 
 def test_packed_images_behave_as_a_read_only_list(photos):
