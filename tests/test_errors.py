@@ -24,6 +24,7 @@ def pipe(*ops):
         (torch.zeros(2, 3, 8, 8, dtype=torch.uint16), TypeError, "got torch.uint16 (16-bit images: torchvision's v2.functional.to_dtype"),
         (torch.zeros(3, 8, 8, dtype=torch.uint8), ValueError, "(B, C, H, W)"),
         (torch.zeros(3, 8, 8, dtype=torch.uint8), ValueError, "one image? x[None] makes a batch of one"),
+        (torch.zeros(1, 8, 8, dtype=torch.uint8), ValueError, "got a tensor of shape (1, 8, 8) (one image? x[None]"),
         (torch.zeros(2, 4, 8, 8, dtype=torch.uint8), ValueError, "1 or 3 channels"),
         (torch.zeros(2, 8, 9, 3, dtype=torch.uint8), ValueError, "channels last? .permute(0, 3, 1, 2)"),
         (torch.zeros(2, 8, 9, 1, dtype=torch.uint8), ValueError, "got 8 (shape (2, 8, 9, 1)) (channels last? "
