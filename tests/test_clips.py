@@ -457,7 +457,7 @@ def test_pack_names_packs_its_source_no_longer_has(frames_root, tmp_path, capsys
     assert "packed 0 videos" in out and "1 already up to date" in out and "skipped 1" in out
     assert f"its older pack {dst / 'class1' / 'video1.pack'} is still there" in err
     assert "1 pack(s) under" in err and str(dst / "class0" / "video2.pack") in err
-    for count, end in ((3, "v2.pack"), (5, "v2.pack and 2 more")):  # the first three named, the rest counted
+    for count, end in ((3, "v2.pack"), (4, "v2.pack and 1 more"), (5, "v2.pack and 2 more")):  # three named, the rest counted
         many = tmp_path / f"many{count}"
         (many / "c").mkdir(parents=True)
         for k in range(count):
@@ -466,6 +466,31 @@ def test_pack_names_packs_its_source_no_longer_has(frames_root, tmp_path, capsys
             ga.data.clips._warn_of_orphans(many, set())
         message = str(caught[0].message)
         assert message.endswith(end) and "v0.pack" in message and "v3.pack" not in message, message
+
+
+def test_the_pack_format_is_the_one_written_down(frames_root, tmp_path):
+    """A pack file, byte for byte as clips.py's docstring describes it: magic ``GPUAUGPK``, format
+    version 1 and the frame count (uint32 little-endian), n + 1 uint64 offsets (each frame's start,
+    then the file's end), then the frames' JPEG bytes as they were. Built here by hand from that
+    description: ``pack_frames`` writes exactly it, and ``read_pack`` reads it. (A change of the
+    format, or of its version, which turns every earlier pack stale, fails here first: it must be
+    meant.)"""
+    import struct
+
+    from gpuaug.data import clips
+
+    paths = sorted((frames_root / "class1" / "video1").glob("*.jpg"))
+    blobs = [p.read_bytes() for p in paths]
+    starts = [8 + 4 + 4 + 8 * (len(blobs) + 1)]
+    for b in blobs:
+        starts.append(starts[-1] + len(b))
+    by_hand = b"GPUAUGPK" + struct.pack("<II", 1, len(blobs)) + struct.pack(f"<{len(starts)}Q", *starts) + b"".join(blobs)
+    assert clips.pack_frames(paths, tmp_path / "v.pack") == len(by_hand)  # its size
+    assert (tmp_path / "v.pack").read_bytes() == by_hand
+    (tmp_path / "by_hand.pack").write_bytes(by_hand)
+    frames = clips.read_pack(str(tmp_path / "by_hand.pack"), [4, 0, 2])
+    assert [bytes(f.numpy()) for f in frames] == [blobs[4], blobs[0], blobs[2]]
+    assert clips.pack_length(str(tmp_path / "by_hand.pack")) == len(blobs) == 5
 
 
 def test_read_pack_reads_only_the_wanted_frames_of_a_long_video(frames_root, tmp_path, monkeypatch):

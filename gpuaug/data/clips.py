@@ -9,6 +9,11 @@ The pack format puts all of a video's JPEG bytes in ONE file behind an offset in
 clip is one open and one sequential read instead of T small-file reads (a read per frame where
 the frames between would be most of the span). Each read opens its own file handle, so any number
 of DataLoader workers can read at once (unlike one shared HDF5 file).
+
+A pack file, all integers little-endian: the magic ``GPUAUGPK`` (8 bytes), the format version
+(uint32, :data:`PACK_VERSION`: a pack of another version is stale to ``gpuaug pack``) and the frame
+count ``n`` (uint32); ``n + 1`` uint64 offsets (where each frame's bytes start, then the file's
+size); then the frames' JPEG files, byte for byte, in time order.
 """
 
 from __future__ import annotations
