@@ -467,8 +467,9 @@ def test_select_device_rule_with_gpus(monkeypatch):
         with pytest.raises(ValueError, match=words):
             ga.select_device()
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # each rank shown its own GPU alone
-    monkeypatch.setenv("LOCAL_RANK", "3")
-    assert ga.select_device() == torch.device("cuda", 0)
+    for rank in ("0", "1", "3"):  # (rank 1, the first past the one GPU, too)
+        monkeypatch.setenv("LOCAL_RANK", rank)
+        assert ga.select_device() == torch.device("cuda", 0), rank
 
 
 def test_normalize_follows_a_loaded_or_edited_std():
