@@ -95,6 +95,10 @@ def collate(items) -> Batch:
 
     Pinning is left to ``DataLoader(pin_memory=True)`` or :class:`gpuaug.DeviceLoader`, both in the
     main process: a forked worker must not initialise CUDA, which pinning does.
+
+    Raises:
+        TypeError: for items that are not ``(image, label)`` pairs, and, in a worker, for labels it
+            could not pickle to the main process (:func:`_check_sendable`).
     """
     for i, item in enumerate(items):
         if not (isinstance(item, (tuple, list)) and len(item) == 2):
