@@ -271,12 +271,15 @@ def test_inputs_cycling_through_more_shapes_than_kept_stop_recording(photos, sta
     graphed = ga.Pipeline(*ops(), device="cpu", seed=6, cuda_graph=True)
     eager = ga.Pipeline(*ops(), device="cpu", seed=6)
     shapes = [batch(photos, 2, (30 + 2 * i, 40)) for i in range(cuda_graph.KEPT + 1)]
-    with pytest.warns(RuntimeWarning, match=f"recorded {cuda_graph.RERECORDINGS} shapes again"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # every warning issued, not once per line
         for _ in range(8):  # least recently used first: each shape's graph is gone when it comes back
             for x in shapes:
                 assert torch.equal(graphed(x), eager(x))
-    # Each shape once, then the re-recordings allowed; eager from then on.
+    # Each shape once, then the re-recordings allowed; eager from then on, said once.
     assert len(stand_in_graphs) == cuda_graph.KEPT + 1 + cuda_graph.RERECORDINGS
+    said = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(said) == 1 and f"recorded {cuda_graph.RERECORDINGS} shapes again" in said[0], said
 
 
 def test_recorded_calls_per_shape_reseeded_kept_and_refused(photos, stand_in_graphs, monkeypatch):
@@ -371,7 +374,9 @@ def test_a_recording_refused_part_way_leaves_the_stream_and_the_draws_as_they_we
     assert set_to == [main] and current[0] is main
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        for z in (x, y, x, y, y):  # x eager from now on; y recorded again (for the new generator), replayed
+        # x eager from now on (never recorded again, though the device would now take it); y's graph,
+        # made for the old generator, dropped at once: y records again on its next call, then replays
+        for z in (x, y, x, y, y, x, x):
             assert torch.equal(graphed(z), eager(z))
     assert len(stand_in_graphs) == recorded + 1
 
