@@ -261,8 +261,27 @@ def test_recorded_calls_replay_what_eager_calls_draw(photos, stand_in_graphs):
     assert len(stand_in_graphs) == 1  # recorded once, at the second call
     assert all(torch.equal(out, saved) for out, saved in kept)  # later replays did not overwrite them
     assert torch.equal(graphed(x, params=params), out)
-    with pytest.raises(ValueError, match="drawn for"):  # the copies keep the sizes they were drawn for
+    # The copies keep the sizes they were drawn for: refused by them (on a GPU, where the values are
+    # not read), not only by the CPU's check of the boxes' values ("params drawn for ..., or edited?").
+    with pytest.raises(ValueError, match="params for RandomResizedCrop were drawn for images of other sizes"):
         graphed(x[:, :, :40, :50].contiguous(), params=params)
+
+
+def test_copies_of_a_graphed_pipeline_record_graphs_of_their_own(photos, stand_in_graphs):
+    """A deep copy or a pickled copy (same process: it goes on with the original's stream) holds
+    none of the original's graphs: it warms up, records its own, and replays what eager draws."""
+    x = batch(photos, 3, (50, 60))
+    graphed = ga.Pipeline(*ops(), device="cpu", seed=2, cuda_graph=True)
+    eager = ga.Pipeline(*ops(), device="cpu", seed=2)
+    for _ in range(2):
+        assert torch.equal(graphed(x), eager(x))
+    for copied in (copy.deepcopy(graphed), pickle.loads(pickle.dumps(graphed))):
+        reference = copy.deepcopy(eager)
+        for _ in range(3):
+            assert torch.equal(copied(x), reference(x))
+    for _ in range(2):  # the original still replays its own graph
+        assert torch.equal(graphed(x), eager(x))
+    assert len(stand_in_graphs) == 3  # the original's, then one for each copy, at its second call
 
 
 def test_inputs_cycling_through_more_shapes_than_kept_stop_recording(photos, stand_in_graphs):
