@@ -284,6 +284,21 @@ def test_copies_of_a_graphed_pipeline_record_graphs_of_their_own(photos, stand_i
     assert len(stand_in_graphs) == 3  # the original's, then one for each copy, at its second call
 
 
+def test_the_least_recently_used_graph_is_dropped_first(photos, stand_in_graphs):
+    from gpuaug import cuda_graph
+
+    graphed = ga.Pipeline(*ops(), device="cpu", seed=9, cuda_graph=True)
+    eager = ga.Pipeline(*ops(), device="cpu", seed=9)
+    first, *others = [batch(photos, 2, (30 + 2 * i, 40)) for i in range(cuda_graph.KEPT + 1)]
+    for x in [first, *others[:-1]]:  # KEPT shapes, each eager then recorded
+        for _ in range(2):
+            assert torch.equal(graphed(x), eager(x))
+    assert torch.equal(graphed(first), eager(first))  # the first recorded, used last
+    for x in (others[-1], others[-1], first):  # one more shape: others[0], not first, is dropped
+        assert torch.equal(graphed(x), eager(x))
+    assert len(stand_in_graphs) == cuda_graph.KEPT + 1
+
+
 def test_inputs_cycling_through_more_shapes_than_kept_stop_recording(photos, stand_in_graphs):
     from gpuaug import cuda_graph
 
