@@ -268,8 +268,8 @@ def test_recorded_calls_replay_what_eager_calls_draw(photos, stand_in_graphs):
 
 
 def test_copies_of_a_graphed_pipeline_record_graphs_of_their_own(photos, stand_in_graphs):
-    """A deep copy or a pickled copy (same process: it goes on with the original's stream) holds
-    none of the original's graphs: it warms up, records its own, and replays what eager draws."""
+    """A deep copy or a pickled copy (same process: it goes on with the original's stream) warms
+    up, records a graph of its own and replays what eager draws; the original replays on."""
     x = batch(photos, 3, (50, 60))
     graphed = ga.Pipeline(*ops(), device="cpu", seed=2, cuda_graph=True)
     eager = ga.Pipeline(*ops(), device="cpu", seed=2)
