@@ -17,6 +17,7 @@ PHOTO_NAMES = ("astronaut", "coffee", "chelsea", "rocket")
 # Every test with workers passes it, so such a fault fails its test instead of hanging the run.
 WORKER_TIMEOUT_S = 120
 
+
 def _photo(name: str) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(getattr(skimage_data, name)())).permute(2, 0, 1).contiguous()
 
